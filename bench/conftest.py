@@ -1,0 +1,41 @@
+"""pytest options for the benchmark suite (read when bench/ is on the command line), and its parameters.
+
+    pytest bench/test_throughput.py --benchmark-enable --bench-devices cpu --bench-sizes small
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.plan import make_plan, targets
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("bench", "throughput benchmarks (bench/)")
+    group.addoption("--bench-implementations", default=None, help="comma-separated; default: all available")
+    group.addoption("--bench-devices", default=None, help="comma-separated cpu,cuda; default: those present")
+    group.addoption("--bench-dtypes", default=None, help="comma-separated; default: float32,bfloat16")
+    group.addoption("--bench-sizes", default=None, help="comma-separated small,medium,large,xl; default per device")
+    group.addoption("--bench-warmup", type=int, default=3, help="untimed calls before timing (at least)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "target" not in metafunc.fixturenames:
+        return
+    option = metafunc.config.getoption
+    plan = make_plan(
+        option("--bench-implementations"), option("--bench-devices"), option("--bench-dtypes"),
+        option("--bench-sizes"),
+    )
+    found, reasons = targets(plan)
+    params = [pytest.param(target, id=target.id) for target in found]
+    params += [
+        pytest.param(None, id=f"{what}-unavailable", marks=pytest.mark.skip(reason=why))
+        for what, why in reasons.items()
+    ]
+    metafunc.parametrize("target", params)
+
+
+@pytest.fixture(scope="session")
+def warmup_calls(request: pytest.FixtureRequest) -> int:
+    return max(1, int(request.config.getoption("--bench-warmup")))

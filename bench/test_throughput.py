@@ -1,0 +1,95 @@
+"""The throughput suite: every implementation, and the floor kernels, per device x dtype x size.
+
+Honest timing: warm-up calls (where torch.compile compiles and jax.jit traces) run until a call compiles
+nothing, and are not timed; the result of a warm-up call is checked against the exact reference under
+the fuzzer's tolerance before anything is timed; the timed call waits for the device
+(`adapter.synchronize`); and the number of compiled graphs must not move while timing.
+
+Run explicitly (pyproject's addopts disable pytest-benchmark, and testpaths leave bench/ out):
+    PYTHONPATH=. python -m pytest bench/test_throughput.py --benchmark-enable
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.compilation import compile_counter
+from bench.floor import KERNELS, elements_for
+from bench.inputs import make_case, worst_error
+from bench.plan import Target
+from bench.sizes import bytes_moved
+from impls import get_implementation
+from impls.dtypes import numpy_dtype
+from reference import OUTPUT_KEYS
+
+MAX_WARMUP_CALLS = 10
+
+
+def test_throughput(benchmark, target: Target, warmup_calls: int) -> None:  # type: ignore[no-untyped-def]
+    if target.floor:
+        run_floor(benchmark, target)
+    else:
+        run_implementation(benchmark, target, warmup_calls)
+
+
+def run_implementation(benchmark, target: Target, warmup_calls: int) -> None:  # type: ignore[no-untyped-def]
+    impl = get_implementation(target.subject)
+    adapter = impl.adapter
+    size = target.size
+    case = make_case(size.batch, size.tokens, target.dtype).with_(device=target.device)
+    inputs = adapter.materialize(case)
+
+    def call() -> object:
+        outputs = impl(*inputs)
+        adapter.synchronize(outputs)
+        return outputs
+
+    compiled = compile_counter(impl)
+    warm = 0
+    for warm in range(1, MAX_WARMUP_CALLS + 1):  # until `warmup_calls` calls in a row compiled nothing
+        before = compiled()
+        outputs = call()
+        if warm >= warmup_calls and compiled() == before:
+            break
+    values = {key: adapter.to_float64(outputs[key]) for key in OUTPUT_KEYS}
+    errors = worst_error(values, size.batch, size.tokens, target.dtype)
+    assert max(errors.values()) <= 1, f"{target.id} is wrong (err/tol per output: {errors}); not timed"
+
+    graphs = compiled()
+    benchmark(call)
+    assert compiled() == graphs, f"{target.id} compiled {compiled() - graphs} graph(s) while being timed"
+    benchmark.extra_info.update(
+        kind="implementation",
+        implementation=impl.name,
+        device=target.device,
+        dtype=target.dtype,
+        size=size.name,
+        batch=size.batch,
+        tokens=size.tokens,
+        bytes=bytes_moved(size.batch, size.tokens, numpy_dtype(target.dtype).itemsize),
+        warmup_calls=warm,
+        worst_error_over_tolerance=max(errors.values()),
+    )
+
+
+def run_floor(benchmark, target: Target) -> None:  # type: ignore[no-untyped-def]
+    kernel = next(kernel for kernel in KERNELS if kernel.name == target.subject)
+    size = target.size
+    elements = elements_for(bytes_moved(size.batch, size.tokens, numpy_dtype(target.dtype).itemsize))
+    call = kernel.prepare(target.device, elements)
+    total = 0.0
+    for _ in range(2):  # warm-up: jit compilation, first touch of the output
+        total = float(np.asarray(call()))
+    assert total == pytest.approx(elements, rel=1e-3), f"floor kernel {kernel.name} summed {total}, not {elements}"
+    benchmark(call)
+    benchmark.extra_info.update(
+        kind="floor",
+        implementation=f"floor:{kernel.name}",
+        device=target.device,
+        dtype=target.dtype,
+        size=size.name,
+        batch=size.batch,
+        tokens=size.tokens,
+        bytes=4 * elements,
+    )

@@ -1,0 +1,164 @@
+"""Command line: `python -m fuzz` (the conformance campaign over the built-ins) and
+`python -m fuzz check TARGET --framework ...` (anyone's implementation)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+from fuzz.campaign import CellResult, Subject, fuzz_cell
+from fuzz.loader import LoadError, load_target
+from fuzz.report import render_failures, render_matrix, write_json
+from impls.dtypes import DTYPE_NAMES
+from impls.registry import BUILTIN_NAMES, Implementation, get_implementation
+
+FRAMEWORK_CHOICES = ("torch", "torch-compile", "jax", "numpy")
+NO_STRIDES_NOTE = "strided layouts n/a: JAX arrays have no strides"
+
+
+def _csv(choices: Sequence[str], what: str):
+    def parse(text: str) -> list[str]:
+        values = [value.strip() for value in text.split(",") if value.strip()]
+        unknown = [value for value in values if value not in choices]
+        if unknown or not values:
+            raise argparse.ArgumentTypeError(f"{what} must be a comma-separated subset of {', '.join(choices)}")
+        return values
+
+    return parse
+
+
+def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> None:
+    parser.add_argument("--dtypes", type=_csv(DTYPE_NAMES, "--dtypes"), default=list(DTYPE_NAMES),
+                        help="comma-separated dtypes (default: all four)")
+    parser.add_argument("--devices", type=_csv(("cpu", "cuda"), "--devices"), default=None,
+                        help="comma-separated devices (default: every device the framework sees)")
+    parser.add_argument("--max-examples", type=int, default=default_examples,
+                        help=f"Hypothesis examples per (device, dtype) cell (default {default_examples})")
+    parser.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
+    parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
+
+
+def campaign_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m fuzz",
+        description="Fuzz every available built-in implementation against the float64 reference and print a "
+        "conformance matrix. Exit 0 only if everything conforms. Use `python -m fuzz check --help` to fuzz "
+        "your own implementation.",
+    )
+    parser.add_argument("--implementations", type=_csv(BUILTIN_NAMES, "--implementations"),
+                        default=list(BUILTIN_NAMES), help="comma-separated built-ins (default: all available)")
+    _common_options(parser, default_examples=40)
+    return parser
+
+
+def check_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m fuzz check",
+        description="Fuzz one implementation with the contract's signature against the float64 reference. "
+        "Exit 0: conforms; 1: counterexample found (printed as a runnable snippet); 2: usage or load error.",
+    )
+    parser.add_argument("target", metavar="TARGET", help="package.module:function or path/to/file.py:function")
+    parser.add_argument("--framework", required=True, choices=FRAMEWORK_CHOICES,
+                        help="the framework the function takes; torch-compile and jax wrap it in "
+                        "torch.compile(fullgraph=True, dynamic=True) / jax.jit")
+    _common_options(parser, default_examples=60)
+    return parser
+
+
+def subject_for(implementation: Implementation) -> Subject:
+    """A built-in implementation as a fuzzing subject (its snippet imports it from this checkout)."""
+    function = implementation.function
+    return Subject(implementation.name, function, implementation.adapter,
+                   (f"from {function.__module__} import {function.__name__}",), function.__name__)
+
+
+def run_cells(subjects: Sequence[tuple[Subject, Sequence[str]]], dtypes: Sequence[str],
+              devices: Sequence[str] | None, max_examples: int, seed: int) -> list[CellResult]:
+    results = []
+    for subject, subject_devices in subjects:
+        for device in subject_devices:
+            if devices is not None and device not in devices:
+                continue
+            for dtype in dtypes:
+                print(f"  fuzzing {subject.name} on {device} in {dtype} ...", end="", file=sys.stderr, flush=True)
+                cell = fuzz_cell(subject, dtype=dtype, device=device, layouts=subject.adapter.layouts,
+                                 max_examples=max_examples, seed=seed)
+                status = "ok" if cell.ok else "FAIL"
+                print(f" {status}: {cell.examples} examples, worst err/tol {cell.worst:.3g}, {cell.seconds:.1f} s",
+                      file=sys.stderr, flush=True)
+                results.append(cell)
+    return results
+
+
+def _finish(results: list[CellResult], args: argparse.Namespace, notes: dict[str, str], meta: dict) -> int:
+    print(render_matrix(results, args.dtypes, notes))
+    print(render_failures(results))
+    if args.json:
+        write_json(args.json, results, meta)
+        print(f"JSON report: {args.json}")
+    if not results:
+        print("nothing was fuzzed: no implementation and device matched", file=sys.stderr)
+        return 2
+    return 0 if all(cell.ok for cell in results) else 1
+
+
+def campaign(argv: Sequence[str]) -> int:
+    args = campaign_parser().parse_args(argv)
+    started = time.perf_counter()
+    subjects, notes, skipped = [], {}, {}
+    for name in args.implementations:
+        try:
+            impl = get_implementation(name)
+        except RuntimeError as error:
+            skipped[name] = str(error)
+            continue
+        subjects.append((subject_for(impl), impl.devices))
+        if impl.adapter.layouts == ("contiguous",):
+            notes[name] = NO_STRIDES_NOTE
+    for name, reason in skipped.items():
+        print(f"skipped {name}: {reason}", file=sys.stderr)
+    print(f"Fuzzing {len(subjects)} implementation(s), {args.max_examples} examples per cell, seed {args.seed}",
+          file=sys.stderr)
+    results = run_cells(subjects, args.dtypes, args.devices, args.max_examples, args.seed)
+    elapsed = time.perf_counter() - started
+    print(f"\nConformance matrix ({elapsed:.0f} s)")
+    return _finish(results, args, notes, {"command": "campaign", "seconds": elapsed, "skipped": skipped,
+                                          "seed": args.seed, "max_examples": args.max_examples})
+
+
+def check(argv: Sequence[str]) -> int:
+    parser = check_parser()
+    args = parser.parse_args(argv)
+    try:
+        target = load_target(args.target)
+    except LoadError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    from impls.frameworks import load_framework
+
+    adapter_name = {"torch-compile": "torch"}.get(args.framework, args.framework)
+    try:
+        adapter = load_framework(adapter_name)
+    except Exception as error:
+        print(f"error: framework {adapter_name} is unavailable here: {type(error).__name__}: {error}",
+              file=sys.stderr)
+        return 2
+    wrap = {"torch-compile": "torch.compile", "jax": "jax.jit"}.get(args.framework)
+    function = adapter.compile(target.function) if wrap else target.function
+    subject = Subject(args.target, function, adapter, target.import_lines, target.function_name, wrap=wrap)
+    started = time.perf_counter()
+    results = run_cells([(subject, adapter.devices())], args.dtypes, args.devices, args.max_examples, args.seed)
+    elapsed = time.perf_counter() - started
+    print(f"\n{args.target} ({args.framework}), {elapsed:.0f} s")
+    notes = {args.target: NO_STRIDES_NOTE} if adapter.layouts == ("contiguous",) else {}
+    return _finish(results, args, notes, {"command": "check", "target": args.target,
+                                          "framework": args.framework, "seconds": elapsed, "seed": args.seed})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "check":
+        return check(argv[1:])
+    return campaign(argv)

@@ -1,0 +1,65 @@
+"""Load a user's TARGET, `package.module:function` or `path/to/file.py:function`, with clear errors."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+class LoadError(Exception):
+    """The target cannot be loaded; the message says why (the command line exits 2)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    spec: str  # as the user wrote it
+    function: Callable[..., Any]
+    import_lines: tuple[str, ...]  # Python that makes `function_name` importable in a snippet
+    function_name: str
+
+
+def load_target(spec: str) -> Target:
+    location, sep, name = spec.rpartition(":")
+    if not sep or not location or not name.isidentifier():
+        raise LoadError(f"TARGET must look like package.module:function or path/to/file.py:function, got {spec!r}")
+    if location.endswith(".py") or os.sep in location:
+        path = os.path.abspath(location)
+        if not os.path.isfile(path):
+            raise LoadError(f"{location}: no such file")
+        module_name = "_fuzz_target_" + os.path.splitext(os.path.basename(path))[0]
+        module_spec = importlib.util.spec_from_file_location(module_name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise LoadError(f"{location}: cannot be loaded as a Python module")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as error:
+            raise LoadError(f"{location} raised on import: {type(error).__name__}: {error}") from error
+        import_lines = (
+            "import importlib.util",
+            f"_spec = importlib.util.spec_from_file_location({module_name!r}, {path!r})",
+            "_module = importlib.util.module_from_spec(_spec)",
+            "_spec.loader.exec_module(_module)",
+            f"{name} = _module.{name}",
+        )
+    else:
+        try:
+            module = importlib.import_module(location)
+        except ModuleNotFoundError as error:
+            raise LoadError(f"cannot import module {location!r}: {error}") from error
+        except Exception as error:
+            raise LoadError(f"module {location!r} raised on import: {type(error).__name__}: {error}") from error
+        import_lines = (f"from {location} import {name}",)
+    if not hasattr(module, name):
+        raise LoadError(f"{location} has no attribute {name!r}")
+    function = getattr(module, name)
+    if not callable(function) or inspect.isclass(function):
+        raise LoadError(f"{location}:{name} is a {type(function).__name__}, not a function")
+    return Target(spec, function, import_lines, name)

@@ -1,0 +1,170 @@
+"""Hypothesis strategies for framework-neutral Cases.
+
+Structure (shape, dtype, layout, kinds of values and masks, densities) is drawn by Hypothesis with a
+label on every draw, so it shrinks toward small, plain cases; the bulk values come from a NumPy generator
+seeded by a drawn seed, since drawing thousands of floats one by one is slow and shrinks no better.
+
+Magnitude bound (overflow is outside the contract): per row, |A_i| * sum_t |l_it| <= largest(dtype) / 64,
+and the whole batch's sum of those stays below largest(accumulation dtype) / 64, so every exact result and
+partial sum is representable. Values are normal or exactly 0: no subnormal inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from impls.case import Case
+from impls.dtypes import accumulation_dtype, largest, round_to, smallest_normal
+
+SHAPE_KINDS = ("tiny", "batch == tokens", "batch of 1", "empty", "general", "one long row")
+VALUE_KINDS = ("log-probs", "small integers", "general")
+MASK_KINDS = ("all true", "random density", "prefix lengths", "some rows empty", "single token", "all false")
+PADDING_KINDS = ("finite", "huge finite", "-inf", "nan")
+
+# Sizes come from short menus (buckets): compiled implementations (jax.jit compiles per shape, ~0.3 s each)
+# then see a few shapes many times instead of a new shape every example. The menus keep every edge:
+# 0, 1, batch == tokens, odd and power-of-two sizes, and one long row.
+BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 33, 64)
+TOKEN_SIZES = (1, 2, 3, 4, 7, 8, 16, 33, 64, 128, 300)
+LONG_ROW_SIZES = (512, 1031, 2048, 4096)
+
+
+def next_token_size(tokens: int) -> int:
+    """The next bucket above `tokens`: where a case padded with masked columns lands."""
+    return next((size for size in (*TOKEN_SIZES, *LONG_ROW_SIZES) if size > tokens), 2 * tokens)
+
+Draw = Callable[[st.SearchStrategy, str], Any]
+
+
+def draw_shape(draw: Draw) -> tuple[int, int]:
+    kind = draw(st.sampled_from(SHAPE_KINDS), "shape kind")
+    if kind == "tiny":
+        return draw(st.integers(0, 4), "batch"), draw(st.integers(0, 4), "tokens")
+    if kind == "batch == tokens":
+        n = draw(st.sampled_from(sorted(set(BATCH_SIZES) & set(TOKEN_SIZES))), "batch == tokens")
+        return n, n
+    if kind == "batch of 1":
+        return 1, draw(st.sampled_from(TOKEN_SIZES + LONG_ROW_SIZES[:1]), "tokens")
+    if kind == "empty":
+        if draw(st.booleans(), "empty batch"):
+            return 0, draw(st.sampled_from((0, *TOKEN_SIZES[:6])), "tokens")
+        return draw(st.sampled_from(BATCH_SIZES[:6]), "batch"), 0
+    if kind == "general":
+        return draw(st.sampled_from(BATCH_SIZES), "batch"), draw(st.sampled_from(TOKEN_SIZES), "tokens")
+    return draw(st.sampled_from(BATCH_SIZES[:4]), "batch"), draw(st.sampled_from(LONG_ROW_SIZES), "tokens")
+
+
+def _values(rng: np.random.Generator, kind: str, shape: tuple[int, ...], zero_fraction: float) -> np.ndarray:
+    if kind == "log-probs":
+        values = -rng.exponential(rng.choice([0.05, 1.0, 8.0]), shape)
+    elif kind == "small integers":
+        values = rng.integers(-8, 1, shape).astype(np.float64)
+    else:
+        values = rng.choice([-1.0, 1.0], shape) * np.exp2(rng.uniform(-12, 12, shape))
+    return np.where(rng.random(shape) < zero_fraction, 0.0, values)
+
+
+def _flush_subnormals(values: np.ndarray, dtype: str) -> np.ndarray:
+    rounded = round_to(values, dtype)
+    return np.where(np.abs(rounded) < smallest_normal(dtype), 0.0, rounded)
+
+
+def _mask(rng: np.random.Generator, kind: str, shape: tuple[int, int], density: float) -> np.ndarray:
+    batch, tokens = shape
+    if kind == "all true":
+        return np.ones(shape, bool)
+    if kind == "all false":
+        return np.zeros(shape, bool)
+    if kind == "prefix lengths":
+        return np.arange(tokens)[None, :] < rng.integers(0, tokens + 1, (batch, 1))
+    if kind == "single token":
+        mask = np.zeros(shape, bool)
+        if tokens:
+            mask[np.arange(batch), rng.integers(0, tokens, batch)] = True
+        return mask
+    mask = rng.random(shape) < density
+    if kind == "some rows empty":
+        mask[rng.random(batch) < 0.5] = False
+    return mask
+
+
+def draw_case(
+    draw: Draw,
+    *,
+    dtypes: Sequence[str],
+    layouts: Sequence[str],
+    devices: Sequence[str] = ("cpu",),
+) -> Case:
+    """Draw one Case; `draw(strategy, label)` is Hypothesis' draw with a label for the story."""
+    story: list[tuple[str, object]] = []
+
+    def labelled(strategy: st.SearchStrategy, label: str) -> Any:
+        value = draw(strategy, label)
+        story.append((label, value))
+        return value
+
+    dtype = labelled(st.sampled_from(list(dtypes)), "dtype")
+    device = labelled(st.sampled_from(list(devices)), "device")
+    layout = labelled(st.sampled_from(list(layouts)), "layout")
+    batch, tokens = draw_shape(labelled)
+    value_kind = labelled(st.sampled_from(VALUE_KINDS), "log-prob values")
+    mask_kind = labelled(st.sampled_from(MASK_KINDS), "mask")
+    density = labelled(st.sampled_from([0.7, 0.05, 0.5, 0.95]), "mask density")
+    padding_kind = labelled(st.sampled_from(PADDING_KINDS), "masked-out values")
+    zero_fraction = labelled(st.sampled_from([0.0, 0.2, 1.0]), "exact zeros")
+    advantage_kind = labelled(st.sampled_from(["mixed signs", "some exactly 0", "all 0", "all equal"]), "advantages")
+    seed = labelled(st.integers(0, 2**32 - 1), "seed")
+
+    rng = np.random.default_rng(seed)
+    rows = 1 if layout == "expanded" else batch  # expanded (stride 0) needs equal rows
+    log_probs = _values(rng, value_kind, (rows, tokens), zero_fraction)
+    mask = _mask(rng, mask_kind, (rows, tokens), density)
+    advantages = rng.normal(0.0, rng.choice([0.1, 1.0, 16.0]), rows)
+    if advantage_kind == "some exactly 0":
+        advantages[rng.random(rows) < 0.5] = 0.0
+    elif advantage_kind == "all 0":
+        advantages[:] = 0.0
+    if advantage_kind == "all equal" or layout == "expanded":
+        advantages[:] = advantages[:1] if rows else advantages
+
+    # Scale by a power of two so the bound in the module docstring holds (exact, keeps values normal).
+    row_magnitudes = np.abs(advantages) * np.abs(np.where(mask, log_probs, 0)).sum(axis=1) if tokens else 0
+    worst = max(float(np.max(row_magnitudes, initial=0.0)) * 64 / largest(dtype),
+                float(np.sum(row_magnitudes)) * (batch // max(rows, 1)) * 64 / largest(accumulation_dtype(dtype)))
+    if worst > 1:
+        advantages = advantages * 2.0 ** -np.ceil(np.log2(worst) / 2)
+        log_probs = log_probs * 2.0 ** -np.ceil(np.log2(worst) / 2)
+    log_probs = _flush_subnormals(log_probs, dtype)
+    advantages = _flush_subnormals(advantages, dtype)
+
+    padding = _values(rng, "general", (rows, tokens), 0.0) * (1e4 if padding_kind == "huge finite" else 1.0)
+    padding = round_to(np.clip(padding, -largest(dtype) / 2, largest(dtype) / 2), dtype)
+    padding = {"-inf": -np.inf, "nan": np.nan}.get(padding_kind, padding)
+    log_probs = np.where(mask, log_probs, padding)
+    if rows != batch:
+        log_probs, mask = np.repeat(log_probs, batch, axis=0), np.repeat(mask, batch, axis=0)
+        advantages = np.repeat(advantages, batch)
+    return Case(
+        token_log_probs=log_probs.reshape(batch, tokens),
+        advantages=advantages.reshape(batch),
+        token_mask=mask.reshape(batch, tokens),
+        dtype=dtype,
+        layout=layout,
+        device=device,
+        story=tuple(story),
+    )
+
+
+@st.composite
+def cases(
+    draw: st.DrawFn,
+    dtypes: Sequence[str] = ("float32",),
+    layouts: Sequence[str] = ("contiguous",),
+    devices: Sequence[str] = ("cpu",),
+) -> Case:
+    """A strategy of Cases (labels are kept in Case.story)."""
+    return draw_case(lambda strategy, label: draw(strategy), dtypes=dtypes, layouts=layouts, devices=devices)

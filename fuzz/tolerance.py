@@ -1,0 +1,95 @@
+"""The one tolerance model, derived from floating-point error bounds; every check uses it.
+
+Notation: u_acc is the unit roundoff of the accumulation dtype (float32 for half inputs, else the input's),
+u_out that of the output dtype, eta_out its smallest subnormal (the absolute error of a rounding that
+underflows), gamma(k, u) = k u / (1 - k u) the classic bound for k chained roundings, and
+M_i = sum_t m_it |A_i l_it| the magnitude the row's summation can lose precision against.
+
+sequence_summed_i: n_i - 1 additions, one product per term or one product of the sum, and the
+  conversion to the accumulation dtype give |err| <= gamma(n_i + 2, u_acc) M_i; the final rounding to the
+  output dtype adds u_out |s_i| + eta_out.
+token_averaged_i: one more rounding for the division by n_i: gamma(n_i + 2, u_acc) M_i / n_i
+  + u_out |a_i| + eta_out.
+magnitude_ratio R = N / D with N = sum |s_i|, D = sum |a_i|: with dN = sum_i tol(s_i) + gamma(batch, u_acc) N
+  and dD likewise, |R' - R| <= (N + dN)/(D - dD) - N/D = (dN + R dD) / (D - dD) when dD < D, plus the
+  division's and the output's roundings (u_acc + u_out) R + eta_out. When dD >= D no bound exists (the
+  computed D may be 0): the tolerance is infinite and only finiteness is checked.
+Rows with n_i = 0 and a ratio with D = 0 have tolerance exactly 0: they must be exactly 0.
+
+Every bound is multiplied by SAFETY = 2, which admits a second rounding to the output dtype (a
+ratio or average computed from already-rounded outputs) and the reference's own error (at most 2**-52
+relative); it stays far below a relative bias of 2**-12 for float32 and float64 rows of under ~2000 tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from impls.dtypes import accumulation_dtype, smallest_subnormal, unit_roundoff
+from reference import Expected
+
+SAFETY = 2.0
+
+
+def gamma(k: np.ndarray | float, u: float) -> np.ndarray:
+    ku = np.asarray(k, dtype=np.float64) * u
+    with np.errstate(over="ignore", divide="ignore"):
+        return np.where(ku < 1, ku / np.maximum(1 - ku, np.finfo(np.float64).tiny), np.inf)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    sequence_summed: np.ndarray
+    token_averaged: np.ndarray
+    magnitude_ratio: np.ndarray  # shape ()
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        return {
+            "sequence_summed": self.sequence_summed,
+            "token_averaged": self.token_averaged,
+            "magnitude_ratio": self.magnitude_ratio,
+        }
+
+
+def tolerance(expected: Expected, dtype: str) -> Tolerance:
+    """Per-element absolute tolerances for an implementation running in `dtype`."""
+    u_acc = unit_roundoff(accumulation_dtype(dtype))
+    u_out = unit_roundoff(dtype)
+    eta = smallest_subnormal(dtype)
+    counts = expected.selected_counts
+    active = counts > 0
+    safe_counts = np.maximum(counts, 1)
+    summation = gamma(counts + 2, u_acc) * expected.absolute_row_sums
+    tol_summed = np.where(active, summation + u_out * np.abs(expected.sequence_summed) + eta, 0.0)
+    tol_averaged = np.where(
+        active, summation / safe_counts + u_out * np.abs(expected.token_averaged) + eta, 0.0
+    )
+
+    numerator, denominator = expected.numerator, expected.denominator
+    ratio = float(expected.magnitude_ratio)
+    batch = len(counts)
+    if denominator == 0:
+        tol_ratio = 0.0
+    else:
+        d_numerator = tol_summed.sum() + gamma(batch, u_acc) * numerator
+        d_denominator = tol_averaged.sum() + gamma(batch, u_acc) * denominator
+        if d_denominator >= denominator:
+            tol_ratio = np.inf
+        else:
+            propagated = (d_numerator + ratio * d_denominator) / (denominator - d_denominator)
+            tol_ratio = propagated + (u_acc + u_out) * ratio + eta
+    return Tolerance(
+        sequence_summed=SAFETY * tol_summed,
+        token_averaged=SAFETY * tol_averaged,
+        magnitude_ratio=np.array(SAFETY * tol_ratio),
+    )
+
+
+def error_ratio(got: np.ndarray, want: np.ndarray, tol: np.ndarray) -> np.ndarray:
+    """|got - want| / tol element-wise: <= 1 passes. 0/0 is 0; any error against a zero tolerance is inf."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = np.abs(np.asarray(got, dtype=np.float64) - want)
+        ratio = np.where(err == 0, 0.0, err / tol)
+    return np.where(np.isnan(ratio), np.inf, ratio)

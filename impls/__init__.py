@@ -1,0 +1,19 @@
+"""Implementations of the function, and the registry that loads their frameworks lazily."""
+
+from impls.case import Case
+from impls.registry import (
+    BUILTIN_NAMES,
+    Implementation,
+    available_implementations,
+    get_implementation,
+    unavailable_implementations,
+)
+
+__all__ = [
+    "BUILTIN_NAMES",
+    "Case",
+    "Implementation",
+    "available_implementations",
+    "get_implementation",
+    "unavailable_implementations",
+]

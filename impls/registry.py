@@ -1,0 +1,99 @@
+"""The one registry of implementations, used by the fuzzer, the benchmarks and the tests alike.
+
+Listing is cheap; a framework is imported only when an implementation of it is asked for. One that is
+missing or broken makes its implementations unavailable, with the reason, and never breaks the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from impls.dtypes import DTYPE_NAMES
+from impls.frameworks import Framework, load_framework
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """A callable with the contract's signature, and what it supports on this machine."""
+
+    name: str
+    framework: str  # the adapter that builds its inputs: "torch", "jax" or "numpy"
+    function: Callable[..., dict[str, Any]]
+    devices: tuple[str, ...]
+    dtypes: tuple[str, ...] = DTYPE_NAMES
+    differentiable: bool = False
+    compiled: bool = False
+
+    def __call__(self, token_log_probs: Any, advantages: Any, token_mask: Any) -> dict[str, Any]:
+        return self.function(token_log_probs, advantages, token_mask)
+
+    @property
+    def adapter(self) -> Framework:
+        return load_framework(self.framework)
+
+
+@dataclass(frozen=True)
+class _Spec:
+    framework: str
+    module: str
+    compiled: bool
+
+
+_BUILTINS: dict[str, _Spec] = {
+    "torch-eager": _Spec("torch", "impls.torch_eager", compiled=False),
+    "torch-compile": _Spec("torch", "impls.torch_compile", compiled=True),
+    "jax-jit": _Spec("jax", "impls.jax_jit", compiled=True),
+    "numpy": _Spec("numpy", "impls.numpy_impl", compiled=False),
+}
+BUILTIN_NAMES: tuple[str, ...] = tuple(_BUILTINS)
+_loaded: dict[str, Implementation] = {}
+_failures: dict[str, str] = {}
+
+
+def _load(name: str) -> Implementation:
+    spec = _BUILTINS[name]
+    adapter = load_framework(spec.framework)
+    module = importlib.import_module(spec.module)
+    return Implementation(
+        name=name,
+        framework=spec.framework,
+        function=module.sequence_vs_token_normalization,
+        devices=tuple(adapter.devices()),
+        differentiable=adapter.differentiable,
+        compiled=spec.compiled,
+    )
+
+
+def get_implementation(name: str) -> Implementation:
+    """The built-in implementation `name`; raises LookupError if unknown, RuntimeError if unusable here."""
+    if name not in _BUILTINS:
+        raise LookupError(f"unknown implementation {name!r}; the built-ins are {', '.join(BUILTIN_NAMES)}")
+    if name not in _loaded and name not in _failures:
+        try:
+            _loaded[name] = _load(name)
+        except Exception as error:  # a broken install must not break the other frameworks
+            _failures[name] = f"{type(error).__name__}: {error}"
+    if name in _failures:
+        raise RuntimeError(f"implementation {name!r} is unavailable here: {_failures[name]}")
+    return _loaded[name]
+
+
+def available_implementations() -> list[str]:
+    """Names of the built-in implementations usable on this machine, in a fixed order."""
+    available = []
+    for name in BUILTIN_NAMES:
+        try:
+            get_implementation(name)
+        except RuntimeError:
+            continue
+        available.append(name)
+    return available
+
+
+def unavailable_implementations() -> dict[str, str]:
+    """Each built-in that cannot run here, with the reason."""
+    available_implementations()
+    return dict(_failures)

@@ -1,0 +1,52 @@
+"""The canonical PyTorch implementation under `torch.compile(fullgraph=True, dynamic=True)`.
+
+Validation runs eagerly (it reads metadata only); the computation is one compiled graph. Sizes are marked
+unbacked on fresh aliases of the inputs (the caller's tensors are not touched), so batch or tokens of 0
+or 1 reuse the general graph instead of each compiling its own; only dtype, device and stride pattern
+(contiguous, transposed, strided, expanded) compile anew. `fail_on_recompile_limit_hit` makes hitting the
+recompile limit an error: it can never silently run eager.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch._dynamo
+
+from impls.torch_eager import normalize, validate
+
+# 4 dtypes x 4 stride patterns x {inference, autograd} x 2 devices stays below this.
+RECOMPILE_LIMIT = 64
+
+torch._dynamo.config.fail_on_recompile_limit_hit = True
+torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+
+def _alias_with_unbacked_sizes(tensor: torch.Tensor) -> torch.Tensor:
+    alias = tensor.view(tensor.shape)  # same storage and strides; autograd flows through
+    for dim in range(alias.dim()):
+        torch._dynamo.decorators.mark_unbacked(alias, dim)
+    return alias
+
+
+def compile_with_unbacked_sizes(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`torch.compile(fn, fullgraph=True, dynamic=True)`, called on aliases whose sizes are unbacked."""
+    compiled = torch.compile(fn, fullgraph=True, dynamic=True)
+
+    @functools.wraps(fn)
+    def call(*tensors: torch.Tensor) -> Any:
+        return compiled(*map(_alias_with_unbacked_sizes, tensors))
+
+    return call
+
+
+def sequence_vs_token_normalization(
+    token_log_probs: torch.Tensor, advantages: torch.Tensor, token_mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    validate(token_log_probs, advantages, token_mask)
+    return compiled_normalize(token_log_probs, advantages, token_mask)
+
+
+compiled_normalize = compile_with_unbacked_sizes(normalize)

@@ -1,0 +1,5 @@
+"""The float64 ground truth: exact forward results (and, in reference.vjp, exact gradients)."""
+
+from reference.forward import OUTPUT_KEYS, Expected, reference
+
+__all__ = ["OUTPUT_KEYS", "Expected", "reference"]

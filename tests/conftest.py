@@ -1,0 +1,41 @@
+"""Shared fixtures: Hypothesis profiles, and the (implementation, device) parameters every test uses."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import impls
+
+settings.register_profile(
+    "ci", derandomize=True, deadline=None, database=None, max_examples=25, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "dev", deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+settings.register_profile(
+    "thorough", deadline=None, max_examples=1000,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+# Chosen by `pytest --hypothesis-profile NAME` (Hypothesis' own option) or the FUZZ_PROFILE variable.
+settings.load_profile(os.environ.get("FUZZ_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+def implementation_devices() -> list:
+    """pytest params (implementation name, device) for every available built-in on every device it sees."""
+    params = []
+    for name in impls.BUILTIN_NAMES:
+        try:
+            implementation = impls.get_implementation(name)
+        except RuntimeError as error:
+            params.append(pytest.param(name, "cpu", id=f"{name}-unavailable",
+                                       marks=pytest.mark.skip(reason=str(error))))
+            continue
+        for device in ("cpu", "cuda") if implementation.framework != "numpy" else ("cpu",):
+            marks = [] if device in implementation.devices else [
+                pytest.mark.skip(reason=f"no {device} device for {name} here")]
+            params.append(pytest.param(name, device, id=f"{name}-{device}", marks=marks))
+    return params

@@ -1,0 +1,16 @@
+"""masked_fill(token_mask, 0) zeroes the positions where the mask is True, i.e. keeps padding and drops response tokens (attention-mask vs padding-mask confusion). Wrong when: lp=[[-2,-5,-8]], A=[3], mask=[[T,F,F]] -> sequence_summed -39 instead of -6."""
+FRAMEWORK = "torch"
+EXPECT = "reject"
+import torch
+
+
+def loss_normalization(token_log_probs, advantages, token_mask):
+    acc = torch.promote_types(token_log_probs.dtype, torch.float32)
+    kept = token_log_probs.to(acc).masked_fill(token_mask, 0.0)
+    summed = advantages.to(acc) * kept.sum(dim=-1)
+    n = token_mask.sum(dim=-1)
+    averaged = torch.where(n > 0, summed / n.clamp(min=1), 0.0)
+    den = averaged.abs().sum()
+    ratio = torch.where(den > 0, summed.abs().sum() / torch.where(den > 0, den, 1.0), 0.0)
+    dt = token_log_probs.dtype
+    return {"sequence_summed": summed.to(dt), "token_averaged": averaged.to(dt), "magnitude_ratio": ratio.to(dt)}

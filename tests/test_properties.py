@@ -1,0 +1,32 @@
+"""The fuzzer's properties for every available implementation, device and dtype, as pytest tests
+(ids like `torch-compile-cpu-float16`). Profiles: --hypothesis-profile ci|dev|thorough or FUZZ_PROFILE."""
+
+import pytest
+from hypothesis import given, target
+from hypothesis import strategies as st
+
+import impls
+from fuzz.campaign import check_example
+from fuzz.cli import subject_for
+from fuzz.metamorphic import RELATIONS
+from fuzz.strategies import draw_case
+from impls.dtypes import DTYPE_NAMES
+from tests.conftest import implementation_devices
+
+PARAMS = [
+    pytest.param(*p.values, dtype, id=f"{p.id}-{dtype}", marks=p.marks)
+    for p in implementation_devices() for dtype in DTYPE_NAMES
+]
+
+
+@pytest.mark.parametrize(("name", "device", "dtype"), PARAMS)
+@given(data=st.data())
+def test_conforms_to_the_reference(name, device, dtype, data):
+    impl = impls.get_implementation(name)
+    case = draw_case(lambda s, label: data.draw(s, label=label), dtypes=[dtype],
+                     layouts=impl.adapter.layouts, devices=[device])
+    relation = data.draw(st.sampled_from(RELATIONS), label="metamorphic relation")
+    verdict = check_example(subject_for(impl), case, relation)
+    for label, ratio in verdict.error_ratios.items():
+        target(min(ratio, 1e6), label=label)
+    assert verdict.ok, "\n".join(verdict.failures) + (verdict.traceback or "")

@@ -1,0 +1,51 @@
+"""The helpers themselves: cases respect the documented bounds, layouts are what they say."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fuzz.strategies import cases, draw_case
+from impls.dtypes import DTYPE_NAMES, accumulation_dtype, largest, smallest_normal
+from impls.layouts import LAYOUTS, numpy_view, strided_view
+
+
+@settings(max_examples=150)
+@given(cases(dtypes=DTYPE_NAMES, layouts=LAYOUTS))
+def test_cases_respect_the_magnitude_bound_and_have_no_subnormals(case):
+    lp = np.where(case.token_mask, case.token_log_probs, 0.0)
+    assert np.isfinite(lp).all() and np.isfinite(case.advantages).all()
+    row_magnitude = np.abs(case.advantages) * np.abs(lp).sum(axis=1)
+    assert (row_magnitude <= largest(case.dtype) / 64).all()
+    assert row_magnitude.sum() <= largest(accumulation_dtype(case.dtype)) / 64
+    for values in (lp, case.advantages):
+        nonzero = np.abs(values[values != 0])
+        assert (nonzero >= smallest_normal(case.dtype)).all()
+    if case.layout == "expanded":
+        rows = np.broadcast_to(case.token_log_probs[:1], case.token_log_probs.shape)
+        assert np.array_equal(case.token_log_probs, rows, equal_nan=True)
+    labels = [label for label, _ in case.story]
+    assert {"dtype", "layout", "shape kind", "mask", "seed"} <= set(labels)
+
+
+@settings(max_examples=200)
+@given(st.data())
+def test_masked_out_values_are_never_only_zeros(data):
+    case = draw_case(lambda s, label: data.draw(s, label=label), dtypes=["float32"], layouts=["contiguous"])
+    masked_out = case.token_log_probs[~case.token_mask]
+    if masked_out.size >= 2:
+        assert not (masked_out == 0).all()
+
+
+def test_layouts_have_the_strides_they_name():
+    values = np.arange(12, dtype=np.float64).reshape(3, 4)
+    strides = {layout: numpy_view(strided_view(values, layout, np.nan)).strides for layout in LAYOUTS
+               if layout != "expanded"}
+    assert strides == {"contiguous": (32, 8), "transposed": (8, 24), "step-sliced": (128, 16),
+                       "offset": (32, 8), "negative-strides": (-32, -8)}
+    for layout in strides:
+        view = strided_view(values, layout, np.nan)
+        assert np.array_equal(numpy_view(view), values)
+        assert np.isnan(view.buffer).sum() == view.buffer.size - (values.size if layout != "expanded" else 4)
+    expanded = numpy_view(strided_view(np.repeat(values[:1], 3, 0), "expanded", np.nan))
+    assert expanded.strides == (0, 8) and not expanded.flags.writeable
+    assert strided_view(values, "offset", np.nan).offset == 3

@@ -1,0 +1,70 @@
+"""torch.compile really compiles (counted), does not recompile per shape, and never falls back to eager."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import impls  # noqa: E402
+from impls.case import Case  # noqa: E402
+from tests.conftest import implementation_devices  # noqa: E402
+
+COMPILE_PARAMS = [p for p in implementation_devices() if p.values[0] == "torch-compile"]
+
+
+def _graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+@pytest.mark.parametrize(("name", "device"), COMPILE_PARAMS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_twenty_random_shapes_compile_at_most_twice(name, device, dtype):
+    impl = impls.get_implementation(name)
+    rng = np.random.default_rng(20)
+    before = _graphs()
+    for _ in range(20):
+        batch, tokens = int(rng.integers(2, 40)), int(rng.integers(2, 600))
+        lp = np.round(-rng.random((batch, tokens)) * 16) / 4
+        case = Case(lp, np.ones(batch), rng.random((batch, tokens)) < 0.7, dtype=dtype, device=device)
+        out = impl(*impl.adapter.materialize(case))
+        assert out["sequence_summed"].shape == (batch,)
+    compiled = _graphs() - before
+    assert compiled <= 2, f"{compiled} compilations for 20 shapes"
+
+
+def test_it_is_really_compiled_and_cannot_fall_back_to_eager():
+    impl = impls.get_implementation("torch-compile")
+    before = _graphs()
+    case = Case(np.full((3, 5), -1.0), np.ones(3), np.ones((3, 5), bool), dtype="float16")
+    impl(*impl.adapter.materialize(case))
+    assert _graphs() >= before  # a graph exists for float16 (compiled now or earlier in this session)
+    import torch._dynamo
+
+    assert torch._dynamo.config.fail_on_recompile_limit_hit is True
+    from impls.torch_compile import compiled_normalize
+
+    assert hasattr(compiled_normalize, "__wrapped__")
+    # The dynamo cache of the compiled code object holds at least the float16 entry.
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from impls.torch_eager import normalize
+
+    assert len(_debug_get_cache_entry_list(normalize.__code__)) >= 1
+
+
+def test_hitting_the_recompile_limit_is_an_error_not_eager():
+    import torch._dynamo
+
+    def plain(x):
+        return x * 2
+
+    compiled = torch.compile(plain, fullgraph=True, dynamic=False)
+    import impls.torch_compile  # noqa: F401  (sets the config under test)
+
+    with torch._dynamo.config.patch(recompile_limit=2):
+        compiled(torch.zeros(1))
+        compiled(torch.zeros(2))
+        with pytest.raises(Exception, match="recompile"):
+            compiled(torch.zeros(3))
