@@ -16,10 +16,10 @@ from fuzz.checks import Verdict, check_forward_values
 from fuzz.metamorphic import RELATIONS, check_ratio_bounds, check_relation
 from fuzz.snippet import render_snippet
 from fuzz.strategies import draw_case
-from fuzz.tolerance import tolerance
+from fuzz.tolerance import gradient_tolerance, tolerance
 from impls.case import Case
 from impls.frameworks import Framework
-from reference import reference
+from reference import reference, vjp
 
 TARGET_CAP = 1e6  # hypothesis.target needs finite scores; anything above 1 is a failure anyway
 
@@ -56,6 +56,7 @@ class CellResult:
     snippet: str | None = None
     story: tuple[tuple[str, object], ...] = ()
     traceback: str | None = None
+    applicable: bool = True  # False: e.g. gradients of NumPy, which has no autograd ("n/a")
 
     @property
     def ok(self) -> bool:
@@ -64,7 +65,8 @@ class CellResult:
     def as_json(self) -> dict[str, Any]:
         return {
             "implementation": self.subject, "device": self.device, "dtype": self.dtype, "check": self.check,
-            "ok": self.ok, "examples": self.examples, "worst_error_over_tolerance": self.worst,
+            "ok": self.ok, "applicable": self.applicable, "examples": self.examples,
+            "worst_error_over_tolerance": self.worst,
             "seconds": round(self.seconds, 3), "layouts": list(self.layouts), "failures": self.failures,
             "counterexample": dict((k, repr(v)) for k, v in self.story) if self.story else None,
             "snippet": self.snippet, "traceback": self.traceback,
@@ -144,13 +146,18 @@ def fuzz_cell(
             raise
         case, verdict = found.case, found.verdict
         expected = reference(case.token_log_probs, case.advantages, case.token_mask)
+        gradient_parts = {}
+        if verdict.cotangents is not None:
+            exact = vjp(case.token_log_probs, case.advantages, case.token_mask, verdict.cotangents)
+            gradient_parts = {"cotangents": verdict.cotangents, "gradients": exact,
+                              "gradient_tol": gradient_tolerance(exact, verdict.cotangents, case.dtype)}
         result.failures = verdict.failures
         result.traceback = verdict.traceback
         result.story = case.story
         result.snippet = render_snippet(
             case=case, framework=subject.adapter.name, import_lines=subject.import_lines,
             function_name=subject.function_name, wrap=subject.wrap, expected=expected,
-            tol=tolerance(expected, case.dtype), failures=verdict.failures,
+            tol=tolerance(expected, case.dtype), failures=verdict.failures, **gradient_parts,
         )
     result.seconds = time.perf_counter() - started
     return result

@@ -27,6 +27,7 @@ class Verdict:
     error_ratios: dict[str, float] = field(default_factory=dict)
     traceback: str | None = None
     case: Case | None = None  # the case to report, when a second call (a relation's) is the one to show
+    cotangents: dict[str, np.ndarray] | None = None  # set by gradient checks
 
     @property
     def ok(self) -> bool:

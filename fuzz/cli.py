@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 
 from fuzz.campaign import CellResult, Subject, fuzz_cell
+from fuzz.gradients import gradient_example
 from fuzz.loader import LoadError, load_target
 from fuzz.report import render_failures, render_matrix, write_json
 from impls.dtypes import DTYPE_NAMES
@@ -38,6 +39,8 @@ def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> N
                         help=f"Hypothesis examples per (device, dtype) cell (default {default_examples})")
     parser.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
     parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
+    parser.add_argument("--gradient-examples", type=int, default=None,
+                        help="examples per gradient cell (default: half of --max-examples)")
 
 
 def campaign_parser() -> argparse.ArgumentParser:
@@ -50,6 +53,8 @@ def campaign_parser() -> argparse.ArgumentParser:
     parser.add_argument("--implementations", type=_csv(BUILTIN_NAMES, "--implementations"),
                         default=list(BUILTIN_NAMES), help="comma-separated built-ins (default: all available)")
     _common_options(parser, default_examples=40)
+    parser.add_argument("--no-gradients", dest="gradients", action="store_false",
+                        help="skip the gradient checks of the differentiable built-ins")
     return parser
 
 
@@ -64,6 +69,8 @@ def check_parser() -> argparse.ArgumentParser:
                         help="the framework the function takes; torch-compile and jax wrap it in "
                         "torch.compile(fullgraph=True, dynamic=True) / jax.jit")
     _common_options(parser, default_examples=60)
+    parser.add_argument("--gradients", action="store_true",
+                        help="also fuzz the backward pass (torch autograd / jax.vjp) against the exact VJP")
     return parser
 
 
@@ -75,21 +82,35 @@ def subject_for(implementation: Implementation) -> Subject:
 
 
 def run_cells(subjects: Sequence[tuple[Subject, Sequence[str]]], dtypes: Sequence[str],
-              devices: Sequence[str] | None, max_examples: int, seed: int) -> list[CellResult]:
+              devices: Sequence[str] | None, max_examples: int, seed: int, gradients: bool,
+              gradient_examples: int) -> list[CellResult]:
+    """Fuzz every (subject, device, dtype) cell, forward then (if asked) gradients, showing progress."""
     results = []
+    checks = [("forward", None, max_examples)] + ([("gradients", gradient_example, gradient_examples)]
+                                                   if gradients else [])
     for subject, subject_devices in subjects:
         for device in subject_devices:
             if devices is not None and device not in devices:
                 continue
-            for dtype in dtypes:
-                print(f"  fuzzing {subject.name} on {device} in {dtype} ...", end="", file=sys.stderr, flush=True)
-                cell = fuzz_cell(subject, dtype=dtype, device=device, layouts=subject.adapter.layouts,
-                                 max_examples=max_examples, seed=seed)
-                status = "ok" if cell.ok else "FAIL"
-                print(f" {status}: {cell.examples} examples, worst err/tol {cell.worst:.3g}, {cell.seconds:.1f} s",
-                      file=sys.stderr, flush=True)
-                results.append(cell)
+            for check_name, example_check, examples in checks:
+                for dtype in dtypes:
+                    if check_name == "gradients" and not subject.adapter.differentiable:
+                        results.append(CellResult(subject.name, device, dtype, check_name, applicable=False))
+                        continue
+                    print(f"  {check_name} of {subject.name} on {device} in {dtype} ...", end="",
+                          file=sys.stderr, flush=True)
+                    cell = fuzz_cell(subject, dtype=dtype, device=device, layouts=subject.adapter.layouts,
+                                     max_examples=examples, seed=seed, check=check_name,
+                                     example_check=example_check)
+                    status = "ok" if cell.ok else "FAIL"
+                    print(f" {status}: {cell.examples} examples, worst err/tol {cell.worst:.3g}, "
+                          f"{cell.seconds:.1f} s", file=sys.stderr, flush=True)
+                    results.append(cell)
     return results
+
+
+def _gradient_examples(args: argparse.Namespace) -> int:
+    return args.gradient_examples if args.gradient_examples is not None else max(1, args.max_examples // 2)
 
 
 def _finish(results: list[CellResult], args: argparse.Namespace, notes: dict[str, str], meta: dict) -> int:
@@ -121,35 +142,48 @@ def campaign(argv: Sequence[str]) -> int:
         print(f"skipped {name}: {reason}", file=sys.stderr)
     print(f"Fuzzing {len(subjects)} implementation(s), {args.max_examples} examples per cell, seed {args.seed}",
           file=sys.stderr)
-    results = run_cells(subjects, args.dtypes, args.devices, args.max_examples, args.seed)
+    results = run_cells(subjects, args.dtypes, args.devices, args.max_examples, args.seed, args.gradients,
+                        _gradient_examples(args))
     elapsed = time.perf_counter() - started
     print(f"\nConformance matrix ({elapsed:.0f} s)")
     return _finish(results, args, notes, {"command": "campaign", "seconds": elapsed, "skipped": skipped,
                                           "seed": args.seed, "max_examples": args.max_examples})
 
 
-def check(argv: Sequence[str]) -> int:
-    parser = check_parser()
-    args = parser.parse_args(argv)
-    try:
-        target = load_target(args.target)
-    except LoadError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+def check_subject(target_spec: str, framework: str) -> Subject:
+    """The user's function as a fuzzing subject; raises LoadError for anything that stops it loading."""
+    target = load_target(target_spec)
     from impls.frameworks import load_framework
 
-    adapter_name = {"torch-compile": "torch"}.get(args.framework, args.framework)
+    adapter_name = {"torch-compile": "torch"}.get(framework, framework)
     try:
         adapter = load_framework(adapter_name)
     except Exception as error:
-        print(f"error: framework {adapter_name} is unavailable here: {type(error).__name__}: {error}",
-              file=sys.stderr)
-        return 2
-    wrap = {"torch-compile": "torch.compile", "jax": "jax.jit"}.get(args.framework)
+        raise LoadError(f"framework {adapter_name} is unavailable here: {type(error).__name__}: {error}") from error
+    wrap = {"torch-compile": "torch.compile", "jax": "jax.jit"}.get(framework)
     function = adapter.compile(target.function) if wrap else target.function
-    subject = Subject(args.target, function, adapter, target.import_lines, target.function_name, wrap=wrap)
+    return Subject(target_spec, function, adapter, target.import_lines, target.function_name, wrap=wrap)
+
+
+def run_check(args: argparse.Namespace, subject: Subject) -> list[CellResult]:
+    """The cells of one `check`: every device of the framework (or --devices), every dtype asked for."""
+    return run_cells([(subject, subject.adapter.devices())], args.dtypes, args.devices, args.max_examples,
+                     args.seed, args.gradients, _gradient_examples(args))
+
+
+def check(argv: Sequence[str]) -> int:
+    args = check_parser().parse_args(argv)
+    try:
+        subject = check_subject(args.target, args.framework)
+    except LoadError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    adapter = subject.adapter
+    if args.gradients and not adapter.differentiable:
+        print(f"error: --gradients needs autograd, and {args.framework} has none", file=sys.stderr)
+        return 2
     started = time.perf_counter()
-    results = run_cells([(subject, adapter.devices())], args.dtypes, args.devices, args.max_examples, args.seed)
+    results = run_check(args, subject)
     elapsed = time.perf_counter() - started
     print(f"\n{args.target} ({args.framework}), {elapsed:.0f} s")
     notes = {args.target: NO_STRIDES_NOTE} if adapter.layouts == ("contiguous",) else {}

@@ -9,7 +9,7 @@ from fuzz.campaign import CellResult
 
 
 def _cell_text(cell: CellResult | None) -> str:
-    if cell is None:
+    if cell is None or not cell.applicable:
         return "n/a"
     if not cell.ok:
         return "FAIL"

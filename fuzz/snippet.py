@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from fuzz.tolerance import Tolerance
+from fuzz.tolerance import GradientTolerance, Tolerance
 from impls.case import Case
 from impls.layouts import STORAGE_OFFSET
-from reference import OUTPUT_KEYS, Expected
+from reference import OUTPUT_KEYS, Expected, Gradients
 
 
 def _literal(values: np.ndarray) -> str:
@@ -79,6 +79,43 @@ def _to_numpy(framework: str) -> str:
     return "np.asarray(x, dtype=np.float64)"
 
 
+def _gradient_lines(framework: str, function_name: str, cotangents: dict[str, np.ndarray], gradients: Gradients,
+                    tol: GradientTolerance) -> list[str]:
+    """Lines that compute the VJP for `cotangents` and assert it matches the exact one."""
+    lines = [f"cotangent_{key} = np.array({_literal(value)})" for key, value in cotangents.items()]
+    if framework == "torch":
+        lines += [
+            "token_log_probs.requires_grad_(True)",
+            "advantages.requires_grad_(True)",
+            f"out = {function_name}(token_log_probs, advantages, token_mask)",
+            f"keys = [k for k in {list(OUTPUT_KEYS)!r} if out[k].requires_grad]",
+            "grads = torch.autograd.grad([out[k] for k in keys], [token_log_probs, advantages], allow_unused=True,",
+            "    grad_outputs=[torch.tensor(globals()['cotangent_' + k], dtype=out[k].dtype, device=out[k].device)",
+            "                  for k in keys])",
+            "grads = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, (token_log_probs, advantages))]",
+        ]
+    else:
+        lines += [
+            "out, pullback = jax.vjp(lambda lp, adv: "
+            f"{function_name}(lp, adv, token_mask), token_log_probs, advantages)",
+            "grads = pullback({k: jnp.asarray(globals()['cotangent_' + k], dtype=v.dtype) for k, v in out.items()})",
+        ]
+    lines += [
+        "# exact float64 gradients, and the tolerance the suite's error model allows for each element",
+        f"expected_grads = [np.array({_literal(gradients.token_log_probs)}),",
+        f"                  np.array({_literal(gradients.advantages)})]",
+        f"tolerances = [np.array({_literal(tol.token_log_probs)}), np.array({_literal(tol.advantages)})]",
+        "problems = []",
+        "for name, got, want, tol in zip(['d token_log_probs', 'd advantages'], grads, expected_grads, tolerances):",
+        "    got = as_float64(got)",
+        "    print(f'{name}: got {got.tolist()}, expected {want.tolist()}')",
+        "    if got.shape != want.shape or not np.isfinite(got).all() or (np.abs(got - want) > tol).any():",
+        "        problems.append(f'{name}: got {got.tolist()}, expected {want.tolist()} +- {tol.tolist()}')",
+        "assert not problems, '\\n'.join(problems)",
+    ]
+    return lines
+
+
 def render_snippet(
     *,
     case: Case,
@@ -89,8 +126,12 @@ def render_snippet(
     expected: Expected,
     tol: Tolerance,
     failures: list[str],
+    cotangents: dict[str, np.ndarray] | None = None,
+    gradients: Gradients | None = None,
+    gradient_tol: GradientTolerance | None = None,
 ) -> str:
-    """Python source that rebuilds `case`, calls the function and asserts what failed."""
+    """Python source that rebuilds `case`, calls the function and asserts what failed (for a gradient
+    failure, `cotangents`, `gradients` and `gradient_tol` make it check the VJP instead)."""
     imports, make_float, make_bool = _constructors(framework, case)
     lines = [
         "# Counterexample found by `python -m fuzz` (run from the suite's checkout if the import needs it).",
@@ -111,6 +152,11 @@ def render_snippet(
         "",
         f"def as_float64(x):\n    return {_to_numpy(framework)}",
         "",
+    ]
+    if cotangents is not None and gradients is not None and gradient_tol is not None:
+        lines += _gradient_lines(framework, function_name, cotangents, gradients, gradient_tol)
+        return "\n".join(lines) + "\n"
+    lines += [
         "inputs_before = [as_float64(x) for x in (token_log_probs, advantages, token_mask)]",
         f"out = {function_name}(token_log_probs, advantages, token_mask)",
         "# exact float64 results, and the tolerance the suite's error model allows for each element",

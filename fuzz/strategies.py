@@ -28,7 +28,7 @@ PADDING_KINDS = ("finite", "huge finite", "-inf", "nan")
 # Sizes come from short menus (buckets): compiled implementations (jax.jit compiles per shape, ~0.3 s each)
 # then see a few shapes many times instead of a new shape every example. The menus keep every edge:
 # 0, 1, batch == tokens, odd and power-of-two sizes, and one long row.
-BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 33, 64)
+BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 32, 64)  # closed under halving, for the "split the batch" relation
 TOKEN_SIZES = (1, 2, 3, 4, 7, 8, 16, 33, 64, 128, 300)
 LONG_ROW_SIZES = (512, 1031, 2048, 4096)
 
@@ -41,9 +41,10 @@ Draw = Callable[[st.SearchStrategy, str], Any]
 
 
 def draw_shape(draw: Draw) -> tuple[int, int]:
-    kind = draw(st.sampled_from(SHAPE_KINDS), "shape kind")
+    # Long rows are drawn twice as often: bugs in counts and half-precision sums only show there.
+    kind = draw(st.sampled_from((*SHAPE_KINDS, "one long row")), "shape kind")
     if kind == "tiny":
-        return draw(st.integers(0, 4), "batch"), draw(st.integers(0, 4), "tokens")
+        return draw(st.integers(0, 3), "batch"), draw(st.integers(0, 3), "tokens")
     if kind == "batch == tokens":
         n = draw(st.sampled_from(sorted(set(BATCH_SIZES) & set(TOKEN_SIZES))), "batch == tokens")
         return n, n

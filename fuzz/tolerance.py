@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from impls.dtypes import accumulation_dtype, smallest_subnormal, unit_roundoff
-from reference import Expected
+from reference import Expected, Gradients
 
 SAFETY = 2.0
 
@@ -93,3 +93,60 @@ def error_ratio(got: np.ndarray, want: np.ndarray, tol: np.ndarray) -> np.ndarra
         err = np.abs(np.asarray(got, dtype=np.float64) - want)
         ratio = np.where(err == 0, 0.0, err / tol)
     return np.where(np.isnan(ratio), np.inf, ratio)
+
+
+@dataclass(frozen=True)
+class GradientTolerance:
+    token_log_probs: np.ndarray  # (batch, tokens); exactly 0 at masked positions
+    advantages: np.ndarray  # (batch,); exactly 0 for fully masked rows
+
+
+def gradient_tolerance(gradients: Gradients, cotangents: dict[str, np.ndarray], dtype: str) -> GradientTolerance:
+    """Tolerances for the VJP (derivation in docs/tolerance.md, "Gradients").
+
+    The row gradient g_i = c_s_i + c_a_i / n_i + c_R (sign(s_i) / D - N sign(s_i) / (D^2 n_i)) is computed
+    from D' and N' that carry the forward errors dD and dN, so with rho_D = dD / (D - dD) and
+    rho_N = dN / N, |g'_i - g_i| <= E_i = gamma(6, u_acc) T_i + |c_R| / D (rho_D)
+    + |c_R| N / (D^2 n_i) (rho_N + 2 rho_D) (to first order), T_i the sum of the terms' magnitudes. Then
+    d/dl_it = A_i g_i adds one rounding, d/dA_i = S_i g_i adds the summation error of S_i; both are
+    rounded to the input dtype. Kinks of |x| are kept away by the strategy (see fuzz/gradients.py).
+    """
+    expected = gradients.expected
+    u_acc = unit_roundoff(accumulation_dtype(dtype))
+    u_out = unit_roundoff(dtype)
+    eta = smallest_subnormal(dtype)
+    counts = expected.selected_counts
+    active = counts > 0
+    safe_counts = np.maximum(counts, 1)
+    batch = len(counts)
+    c_summed = np.abs(np.asarray(cotangents.get("sequence_summed", np.zeros(batch)), dtype=np.float64))
+    c_averaged = np.abs(np.asarray(cotangents.get("token_averaged", np.zeros(batch)), dtype=np.float64))
+    c_ratio = abs(float(cotangents.get("magnitude_ratio", 0.0)))
+    terms = c_summed + c_averaged / safe_counts
+    propagated = np.zeros(batch)
+    forward = tolerance(expected, dtype)
+    if expected.denominator > 0 and c_ratio > 0:
+        n_, d_ = expected.numerator, expected.denominator
+        d_denominator = forward.token_averaged.sum() / SAFETY + gamma(batch, u_acc) * d_
+        d_numerator = forward.sequence_summed.sum() / SAFETY + gamma(batch, u_acc) * n_
+        through_n = c_ratio / d_
+        through_d = c_ratio * n_ / (d_ * d_ * safe_counts)
+        terms = terms + through_n + through_d
+        if d_denominator >= d_:
+            propagated[:] = np.inf
+        else:
+            rho_d = d_denominator / (d_ - d_denominator)
+            rho_n = d_numerator / n_
+            propagated = through_n * rho_d + through_d * (rho_n + 2 * rho_d)
+    row_error = gamma(6, u_acc) * terms + propagated
+    row = np.abs(gradients.row_gradients)
+    abs_adv = np.abs(gradients.input_advantages)
+    tol_lp = (abs_adv * (row_error + u_acc * row))[:, None] + u_out * np.abs(gradients.token_log_probs) + eta
+    summation = gamma(counts + 1, u_acc) * gradients.absolute_selected_sums
+    tol_adv = (np.abs(expected.selected_sums) * row_error + summation * (row + row_error)
+               + u_out * np.abs(gradients.advantages) + eta)
+    mask = gradients.token_mask
+    return GradientTolerance(
+        token_log_probs=SAFETY * np.where(mask & active[:, None], tol_lp, 0.0),
+        advantages=SAFETY * np.where(active, tol_adv, 0.0),
+    )

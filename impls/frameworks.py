@@ -228,14 +228,27 @@ class JaxFramework(Framework):
     def synchronize(self, value: Any) -> None:
         self.jax.block_until_ready(value)
 
+    @functools.lru_cache(maxsize=64)  # noqa: B019  (adapters live for the whole process)
+    def _jitted_vjp(self, fn: Callable) -> Callable:
+        """jax.vjp of fn under jit: forward and backward compile once per shape, together."""
+
+        def forward_and_backward(log_probs: Any, advantages: Any, mask: Any, cotangents: Any) -> Any:
+            outputs, pullback = self.jax.vjp(lambda lp, adv: fn(lp, adv, mask), log_probs, advantages)
+            return outputs, *pullback({key: cotangents[key].astype(value.dtype) for key, value in outputs.items()})
+
+        return self.jax.jit(forward_and_backward)
+
     def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray]) -> tuple[Any, Any, Any]:
         log_probs, advantages, mask = inputs
-        outputs, pullback = self.jax.vjp(lambda lp, adv: fn(lp, adv, mask), log_probs, advantages)
-        cotangent_tree = {
-            key: self.jnp.asarray(cotangents.get(key, np.zeros(np.shape(value))), dtype=value.dtype)
-            for key, value in outputs.items()
+        batch = log_probs.shape[0]
+        full = {
+            "sequence_summed": cotangents.get("sequence_summed", np.zeros(batch)),
+            "token_averaged": cotangents.get("token_averaged", np.zeros(batch)),
+            "magnitude_ratio": cotangents.get("magnitude_ratio", np.zeros(())),
         }
-        grad_log_probs, grad_advantages = pullback(cotangent_tree)
+        device = next(iter(log_probs.devices()))
+        full = {key: self.jax.device_put(np.asarray(value, dtype=np.float64), device) for key, value in full.items()}
+        outputs, grad_log_probs, grad_advantages = self._jitted_vjp(fn)(log_probs, advantages, mask, full)
         return outputs, grad_log_probs, grad_advantages
 
 

@@ -12,6 +12,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402  (after x64 is enabled)
+from jax import lax  # noqa: E402
 
 from impls.validation import ArrayInfo, validate_inputs  # noqa: E402
 
@@ -29,14 +30,56 @@ def _describe(value: object) -> ArrayInfo | None:
     return ArrayInfo(tuple(value.shape), str(value.dtype), device_name(value))
 
 
+# Rows per loop step: about this many elements, so each step's temporaries stay in cache.
+BLOCK_ELEMENTS = 1 << 18
+
+
+def _selected_sums_and_counts(
+    token_log_probs: jax.Array, token_mask: jax.Array, accumulate: jnp.dtype
+) -> tuple[jax.Array, jax.Array]:
+    """Per-row sums of the selected log-probs and counts of selected tokens, one block of rows per step.
+
+    Written whole, XLA on CPU materializes the selected log-probs and the widened mask at full size before
+    reducing them; a `lax.map` over row blocks keeps those temporaries block-sized. The block count and
+    size are static (shapes are known when tracing): the last block starts at batch - rows, overlapping the
+    one before instead of reading past the end, and only its new rows are kept.
+    """
+    batch, tokens = token_log_probs.shape
+    if batch == 0 or tokens == 0:  # static: nothing to select, and no block to slice
+        return jnp.zeros(batch, accumulate), jnp.zeros(batch, jnp.int32)
+    rows = min(batch, max(1, BLOCK_ELEMENTS // tokens))
+    blocks = -(-batch // rows)
+    starts = jnp.minimum(jnp.arange(blocks, dtype=jnp.int32) * rows, max(batch - rows, 0))
+
+    def block(start: jax.Array) -> tuple[jax.Array, jax.Array]:
+        log_probs = lax.dynamic_slice_in_dim(token_log_probs, start, rows, axis=0)
+        mask = lax.dynamic_slice_in_dim(token_mask, start, rows, axis=0)
+        sums = jnp.sum(jnp.where(mask, log_probs, 0), axis=-1, dtype=accumulate)
+        return sums, jnp.sum(mask, axis=-1, dtype=jnp.int32)
+
+    sums, counts = lax.map(block, starts)
+    overlap = blocks * rows - batch  # rows of the last block that the one before already holds
+    return (
+        jnp.concatenate([sums[:-1].reshape(-1), sums[-1, overlap:]]),
+        jnp.concatenate([counts[:-1].reshape(-1), counts[-1, overlap:]]),
+    )
+
+
+def magnitude(x: jax.Array) -> jax.Array:
+    """|x| with derivative sign(x) and sign(0) = 0, the contract's convention (and PyTorch's).
+
+    `jnp.abs` differentiates to 1 at 0: a row with s_i = 0 (A_i = 0, or every selected log-prob 0) would
+    then push gradient through the ratio. x * sign(x) is exact in the forward pass (x times +-1 or 0)."""
+    return x * jnp.sign(x)
+
+
 def normalize(token_log_probs: jax.Array, advantages: jax.Array, token_mask: jax.Array) -> dict[str, jax.Array]:
     accumulate = jnp.promote_types(token_log_probs.dtype, jnp.float32)
-    selected_sums = jnp.sum(jnp.where(token_mask, token_log_probs, 0), axis=-1, dtype=accumulate)
-    counts = jnp.sum(token_mask, axis=-1, dtype=jnp.int32)
+    selected_sums, counts = _selected_sums_and_counts(token_log_probs, token_mask, accumulate)
     sequence_summed = advantages.astype(accumulate) * selected_sums
     token_averaged = sequence_summed / jnp.maximum(counts, 1).astype(accumulate)
-    numerator = jnp.sum(jnp.abs(sequence_summed))
-    denominator = jnp.sum(jnp.abs(token_averaged))
+    numerator = jnp.sum(magnitude(sequence_summed))
+    denominator = jnp.sum(magnitude(token_averaged))
     has_denominator = denominator > 0
     safe_denominator = jnp.where(has_denominator, denominator, 1)
     magnitude_ratio = jnp.where(has_denominator, numerator / safe_denominator, 0)

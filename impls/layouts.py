@@ -28,7 +28,7 @@ def _strides_and_extent(layout: str, shape: tuple[int, ...]) -> tuple[tuple[int,
                 "negative-strides": -1}[layout]
         strides = (step,)
     else:
-        b, t = shape
+        b, t = (max(size, 1) for size in shape)  # as torch does: an empty dim does not zero the strides
         strides = {
             "contiguous": (t, 1),
             "transposed": (1, b),

@@ -1,8 +1,8 @@
 """The canonical PyTorch implementation under `torch.compile(fullgraph=True, dynamic=True)`.
 
 Validation runs eagerly (it reads metadata only); the computation is one compiled graph. Sizes are marked
-unbacked on fresh aliases of the inputs (the caller's tensors are not touched), so batch or tokens of 0
-or 1 reuse the general graph instead of each compiling its own; only dtype, device and stride pattern
+unbacked for the call (the marks are removed afterwards), so batch or tokens of 0 or 1 reuse the general
+graph instead of each compiling its own; only dtype, device and stride pattern
 (contiguous, transposed, strided, expanded) compile anew. `fail_on_recompile_limit_hit` makes hitting the
 recompile limit an error: it can never silently run eager.
 """
@@ -24,20 +24,28 @@ RECOMPILE_LIMIT = 64
 torch._dynamo.config.fail_on_recompile_limit_hit = True
 torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
 
-def _alias_with_unbacked_sizes(tensor: torch.Tensor) -> torch.Tensor:
-    alias = tensor.view(tensor.shape)  # same storage and strides; autograd flows through
-    for dim in range(alias.dim()):
-        torch._dynamo.decorators.mark_unbacked(alias, dim)
-    return alias
-
-
 def compile_with_unbacked_sizes(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`torch.compile(fn, fullgraph=True, dynamic=True)`, called on aliases whose sizes are unbacked."""
+    """`torch.compile(fn, fullgraph=True, dynamic=True)`, called with every size marked unbacked.
+
+    The marks are Python attributes on the tensor objects; they are removed after the call, so the
+    caller's tensors come back as they were. (Marking a fresh `.view` alias instead makes dynamo guard on
+    the alias's `_base`, which costs extra recompiles.)"""
     compiled = torch.compile(fn, fullgraph=True, dynamic=True)
 
     @functools.wraps(fn)
     def call(*tensors: torch.Tensor) -> Any:
-        return compiled(*map(_alias_with_unbacked_sizes, tensors))
+        marked = []
+        for tensor in tensors:
+            before = set(tensor.__dict__)
+            for dim in range(tensor.dim()):
+                torch._dynamo.decorators.mark_unbacked(tensor, dim)
+            marked.append((tensor, set(tensor.__dict__) - before))
+        try:
+            return compiled(*tensors)
+        finally:
+            for tensor, names in marked:
+                for name in names:
+                    delattr(tensor, name)
 
     return call
 

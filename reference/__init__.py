@@ -1,5 +1,6 @@
 """The float64 ground truth: exact forward results (and, in reference.vjp, exact gradients)."""
 
 from reference.forward import OUTPUT_KEYS, Expected, reference
+from reference.vjp import Gradients, vjp
 
-__all__ = ["OUTPUT_KEYS", "Expected", "reference"]
+__all__ = ["OUTPUT_KEYS", "Expected", "Gradients", "reference", "vjp"]

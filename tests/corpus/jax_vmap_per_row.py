@@ -5,6 +5,11 @@ import jax
 import jax.numpy as jnp
 
 
+def _magnitude(x):
+    """|x| whose derivative at 0 is 0 (the contract's sign(0) = 0); jnp.abs's is 1 there."""
+    return x * jnp.sign(x)
+
+
 def _row(lp, adv, mask):
     acc = jnp.promote_types(lp.dtype, jnp.float32)
     total = jnp.where(mask, lp.astype(acc), 0.0).sum()
@@ -16,8 +21,8 @@ def _row(lp, adv, mask):
 
 def loss_normalization(token_log_probs, advantages, token_mask):
     summed, averaged = jax.vmap(_row)(token_log_probs, advantages, token_mask)
-    den = jnp.abs(averaged).sum()
+    den = _magnitude(averaged).sum()
     safe_den = jnp.where(den > 0, den, 1.0)
-    ratio = jnp.where(den > 0, jnp.abs(summed).sum() / safe_den, 0.0)
+    ratio = jnp.where(den > 0, _magnitude(summed).sum() / safe_den, 0.0)
     dt = token_log_probs.dtype
     return {"sequence_summed": summed.astype(dt), "token_averaged": averaged.astype(dt), "magnitude_ratio": ratio.astype(dt)}

@@ -1,4 +1,4 @@
-"""Detaches the advantages (policy-gradient habit: advantages are constants), so the forward is exact but the gradient with respect to advantages is missing (zero). Wrong when: lp=[[-1,-2],[-3,-4]], A=[2,-1], mask all true -> d sequence_summed[0] / dA[0] is 0 instead of -3."""
+"""Detaches the advantages (policy-gradient habit: advantages are constants), so the forward is exact but no gradient reaches the advantages (grad None, i.e. 0). Wrong when: lp=[[-1,-2],[-3,-4]], A=[2,-1], mask all true -> d sum(sequence_summed) / dA is None/0 instead of [-3,-7]."""
 FRAMEWORK = "torch"
 EXPECT = "reject-gradients"
 import torch

@@ -1,4 +1,4 @@
-"""Treats the ratio's normalizer as a constant (den.detach()), a common trick for loss normalizers; the forward is identical but d ratio / d lp misses the -N/D^2 dD term. Wrong when: lp=[[-1,-2],[-3,-4]], A=[1,-1], mask=[[T,T],[T,F]] -> wrong (finite) gradients of the ratio."""
+"""Treats the ratio's normalizer as a constant (den.detach()), a common trick for loss normalizers; the forward is identical but d ratio / d lp misses the -N/D^2 dD term. Wrong when: lp=[[-1,-2],[-3,-4]], A=[1,-1], mask=[[T,T],[T,F]] -> d ratio / d lp[0,0] is -2/9 instead of -2/27."""
 FRAMEWORK = "torch"
 EXPECT = "reject-gradients"
 import torch

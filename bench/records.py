@@ -1,0 +1,102 @@
+"""One record per benchmarked row, read from pytest-benchmark's JSON; the floor joined onto each row."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.sizes import SIZES
+
+FLOOR = "floor"
+
+
+@dataclass(frozen=True)
+class Record:
+    implementation: str  # an implementation's name, or "floor" (the best floor kernel)
+    device: str
+    dtype: str
+    batch: int
+    tokens: int
+    median_s: float
+    bytes: int
+    gbps: float
+    floor_gbps: float | None
+    fraction_of_floor: float | None
+
+    @property
+    def size(self) -> str:
+        return next((s.name for s in SIZES.values() if (s.batch, s.tokens) == (self.batch, self.tokens)),
+                    f"{self.batch}x{self.tokens}")
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for bench in report.get("benchmarks", []):
+        info = bench.get("extra_info", {})
+        if "kind" not in info or not bench.get("stats"):
+            continue
+        median = float(bench["stats"]["median"])
+        rows.append({**info, "median_s": median, "gbps": info["bytes"] / median / 1e9})
+    return rows
+
+
+def records_from_report(report: dict[str, Any]) -> list[Record]:
+    """Implementation rows with their floor, preceded by one "floor" row per (device, dtype, size):
+    the fastest floor kernel there."""
+    rows = _rows(report)
+    floors: dict[tuple[str, str, int, int], dict[str, Any]] = {}
+    for row in rows:
+        if row["kind"] == "floor":
+            key = (row["device"], row["dtype"], row["batch"], row["tokens"])
+            if key not in floors or row["gbps"] > floors[key]["gbps"]:
+                floors[key] = row
+    records = []
+    for row in rows:
+        if row["kind"] == "floor":
+            if floors[(row["device"], row["dtype"], row["batch"], row["tokens"])] is not row:
+                continue
+            name = FLOOR
+        else:
+            name = row["implementation"]
+        floor = floors.get((row["device"], row["dtype"], row["batch"], row["tokens"]))
+        floor_gbps = floor["gbps"] if floor else None
+        records.append(
+            Record(
+                implementation=name,
+                device=row["device"],
+                dtype=row["dtype"],
+                batch=row["batch"],
+                tokens=row["tokens"],
+                median_s=row["median_s"],
+                bytes=row["bytes"],
+                gbps=row["gbps"],
+                floor_gbps=floor_gbps,
+                fraction_of_floor=row["gbps"] / floor_gbps if floor_gbps else None,
+            )
+        )
+    return records
+
+
+def load_records(path: Path) -> list[Record]:
+    return records_from_report(json.loads(Path(path).read_text()))
+
+
+def floor_kernel(report: dict[str, Any], device: str, dtype: str, batch: int, tokens: int) -> str | None:
+    """Which floor kernel set the floor for a group (for the table's floor row)."""
+    best = None
+    for row in _rows(report):
+        if row["kind"] == "floor" and (row["device"], row["dtype"], row["batch"], row["tokens"]) == (
+            device, dtype, batch, tokens
+        ) and (best is None or row["gbps"] > best["gbps"]):
+            best = row
+    return best["implementation"].removeprefix("floor:") if best else None
+
+
+def write_records(records: list[Record], path: Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps([record.as_json() for record in records], indent=2) + "\n")

@@ -1,0 +1,68 @@
+"""The suite tests itself: `check` with its default budget rejects every bug of the public corpus
+(tests/corpus/) and accepts every correct formulation; gradient bugs pass the forward check and fail
+`--gradients`."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from fuzz.cli import check_parser, check_subject, run_check
+
+CORPUS = Path(__file__).parent / "corpus"
+FRAMEWORKS = {"torch", "torch-compile", "jax", "numpy"}
+
+
+def _metadata(path: Path) -> dict[str, str]:
+    tree = ast.parse(path.read_text())
+    values = {}
+    for node in tree.body:
+        name = node.targets[0].id if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) else ""
+        if name in ("FRAMEWORK", "EXPECT") and isinstance(node.value, ast.Constant):
+            values[name] = node.value.value
+    return values
+
+
+ENTRIES = sorted((path, _metadata(path)) for path in CORPUS.glob("*.py") if path.name != "__init__.py")
+FUNCTION = "loss_normalization"
+
+
+def _run_check(path: Path, framework: str, gradients: bool):
+    """`python -m fuzz check PATH:loss_normalization --framework F [--gradients]`, default budget, in-process."""
+    args = check_parser().parse_args([f"{path}:{FUNCTION}", "--framework", framework]
+                                     + (["--gradients"] if gradients else []))
+    return run_check(args, check_subject(args.target, framework))
+
+
+def test_the_corpus_is_as_large_as_promised():
+    kinds = [meta.get("EXPECT") for _, meta in ENTRIES]
+    assert all(meta.get("FRAMEWORK") in FRAMEWORKS for _, meta in ENTRIES), ENTRIES
+    assert kinds.count("reject") >= 15 and kinds.count("accept") >= 6 and kinds.count("reject-gradients") >= 3
+    frameworks_with_bugs = {meta["FRAMEWORK"].split("-")[0] for _, meta in ENTRIES if meta["EXPECT"] == "reject"}
+    assert frameworks_with_bugs == {"torch", "jax", "numpy"}
+
+
+@pytest.mark.parametrize(("path", "meta"), ENTRIES, ids=[path.stem for path, _ in ENTRIES])
+def test_check_tells_bugs_from_correct_code(path, meta):
+    framework, expect = meta["FRAMEWORK"], meta["EXPECT"]
+    differentiable = framework != "numpy"
+    if expect == "reject":
+        cells = _run_check(path, framework, gradients=False)
+        assert any(not cell.ok for cell in cells), f"{path.name}: no counterexample found"
+        failing = next(cell for cell in cells if not cell.ok)
+        assert failing.snippet and "token_log_probs =" in failing.snippet
+    elif expect == "accept":
+        cells = _run_check(path, framework, gradients=differentiable)
+        failures = [(c.dtype, c.check, c.failures, c.traceback) for c in cells if not c.ok]
+        assert not failures, f"{path.name} is correct but was rejected: {failures}"
+    elif expect == "reject-gradients":
+        forward = _run_check(path, framework, gradients=False)
+        assert all(cell.ok for cell in forward), [c.failures for c in forward if not c.ok]
+        cells = _run_check(path, framework, gradients=True)
+        failing = [cell for cell in cells if cell.check == "gradients" and not cell.ok]
+        assert failing, f"{path.name}: its gradient bug was not found"
+        assert "autograd" in failing[0].snippet or "jax.vjp" in failing[0].snippet
+    else:
+        pytest.fail(f"{path.name}: unknown EXPECT {expect!r}")
