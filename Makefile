@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup fuzz test lint bench gpu clean
+.PHONY: setup fuzz test test-all lint bench clean
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,10 @@ setup: $(STAMP)
 fuzz: $(STAMP)   ## the main job: the conformance campaign over every built-in implementation
 	$(PY) -m fuzz $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP)   ## everything but the slow corpus runs of compiled code (CI runs this)
+	$(PY) -m pytest -n auto --dist worksteal -m "not slow" $(ARGS)
+
+test-all: $(STAMP)   ## every test, the slow ones included
 	$(PY) -m pytest -n auto --dist worksteal $(ARGS)
 
 lint: $(STAMP)

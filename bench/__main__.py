@@ -35,6 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("out/bench"),
                         help="where pytest-benchmark's JSON and the plot go (default: out/bench)")
     parser.add_argument("--no-save", action="store_true", help="do not autosave the run to .benchmarks/")
+    parser.add_argument("--cpus", help="comma-separated CPU ids to pin the run to (e.g. 0): every framework then "
+                        "sizes its threads to them; steadier numbers on a shared machine")
     parser.add_argument("pytest_args", nargs="*", help="after --: passed on to pytest (e.g. -k torch)")
     return parser.parse_args(argv)
 
@@ -67,12 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     report_json = out / "pytest-benchmark.json"
     report_json.unlink(missing_ok=True)
+    if args.cpus:  # inherited by pytest; OpenMP, XLA and the NumPy implementation size their threads from it
+        os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
+    load_before = os.getloadavg()[0]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     status = subprocess.run(pytest_command(args, report_json), cwd=ROOT, env=env).returncode
-    if not report_json.exists():
-        print("python -m bench: pytest wrote no benchmark report", file=sys.stderr)
-        return status or 1
+    if not report_json.exists():  # everything was skipped (pytest says why), or pytest failed early
+        print("python -m bench: nothing was benchmarked", file=sys.stderr)
+        return status
 
     from bench.records import floor_kernel, records_from_report, write_records
     from bench.report import plot, table
@@ -86,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pytest-benchmark JSON: {report_json}")
     print(f"plot: {png}" if png else "plot: skipped (matplotlib is not installed)")
     print()
+    cpus = len(os.sched_getaffinity(0))
+    print(f"{cpus} CPU(s); load average {load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after "
+          f"(other processes' load slows threaded rows most)")
     print(table(records, lambda r: floor_kernel(report, r.device, r.dtype, r.batch, r.tokens)))
     return status
 

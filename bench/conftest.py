@@ -20,7 +20,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "target" not in metafunc.fixturenames:
+    if "target_id" not in metafunc.fixturenames:
         return
     option = metafunc.config.getoption
     plan = make_plan(
@@ -28,12 +28,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         option("--bench-sizes"),
     )
     found, reasons = targets(plan)
-    params = [pytest.param(target, id=target.id) for target in found]
+    params = [pytest.param(target.id, id=target.id) for target in found]
     params += [
         pytest.param(None, id=f"{what}-unavailable", marks=pytest.mark.skip(reason=why))
         for what, why in reasons.items()
     ]
-    metafunc.parametrize("target", params)
+    metafunc.parametrize("target_id", params)
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,17 @@ class Target:
         kind = "floor-" if self.floor else ""
         return f"{self.device}-{self.dtype}-{self.size.name}-{kind}{self.subject}"
 
+    @property
+    def group(self) -> str:
+        return f"{self.device} {self.dtype} {self.size.name} {self.size.label}"
+
+    @classmethod
+    def from_id(cls, text: str) -> Target:
+        """The inverse of `id` (pytest parameters are these strings, so saved runs stay plain JSON)."""
+        device, dtype, size, subject = text.split("-", 3)
+        floor = subject.startswith("floor-")
+        return cls(subject.removeprefix("floor-"), device, dtype, SIZES[size], floor=floor)
+
 
 @dataclass(frozen=True)
 class Plan:

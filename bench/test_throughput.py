@@ -26,7 +26,9 @@ from reference import OUTPUT_KEYS
 MAX_WARMUP_CALLS = 10
 
 
-def test_throughput(benchmark, target: Target, warmup_calls: int) -> None:  # type: ignore[no-untyped-def]
+def test_throughput(benchmark, target_id: str, warmup_calls: int) -> None:  # type: ignore[no-untyped-def]
+    target = Target.from_id(target_id)
+    benchmark.group = target.group
     if target.floor:
         run_floor(benchmark, target)
     else:

@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import multiprocessing
+import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from fuzz.campaign import CellResult, Subject, fuzz_cell
 from fuzz.gradients import gradient_example
@@ -55,6 +59,8 @@ def campaign_parser() -> argparse.ArgumentParser:
     _common_options(parser, default_examples=40)
     parser.add_argument("--no-gradients", dest="gradients", action="store_false",
                         help="skip the gradient checks of the differentiable built-ins")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="worker processes, one cell each at a time (default: min(2, cores))")
     return parser
 
 
@@ -68,9 +74,11 @@ def check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--framework", required=True, choices=FRAMEWORK_CHOICES,
                         help="the framework the function takes; torch-compile and jax wrap it in "
                         "torch.compile(fullgraph=True, dynamic=True) / jax.jit")
-    _common_options(parser, default_examples=60)
+    _common_options(parser, default_examples=40)
     parser.add_argument("--gradients", action="store_true",
                         help="also fuzz the backward pass (torch autograd / jax.vjp) against the exact VJP")
+    parser.add_argument("--fail-fast", action="store_true",
+                        help="stop at the first failing cell instead of filling the whole matrix")
     return parser
 
 
@@ -81,32 +89,65 @@ def subject_for(implementation: Implementation) -> Subject:
                    (f"from {function.__module__} import {function.__name__}",), function.__name__)
 
 
+@dataclass(frozen=True)
+class CellTask:
+    """One cell of a campaign, small enough to send to a worker process."""
+
+    implementation: str
+    device: str
+    dtype: str
+    check: str  # "forward" or "gradients"
+    examples: int
+    seed: int
+
+
+def _plan(subjects: Sequence[tuple[Subject, Sequence[str]]], dtypes: Sequence[str],
+          devices: Sequence[str] | None, max_examples: int, seed: int, gradients: bool,
+          gradient_examples: int) -> list[CellTask]:
+    checks = [("forward", max_examples)] + ([("gradients", gradient_examples)] if gradients else [])
+    return [
+        CellTask(subject.name, device, dtype, check, examples, seed)
+        for subject, subject_devices in subjects
+        for device in subject_devices if devices is None or device in devices
+        for check, examples in checks
+        for dtype in dtypes
+    ]
+
+
+def _run_task(subject: Subject, task: CellTask) -> CellResult:
+    if task.check == "gradients" and not subject.adapter.differentiable:
+        return CellResult(subject.name, task.device, task.dtype, task.check, applicable=False)
+    cell = fuzz_cell(subject, dtype=task.dtype, device=task.device, layouts=subject.adapter.layouts,
+                     max_examples=task.examples, seed=task.seed, check=task.check,
+                     example_check=gradient_example if task.check == "gradients" else None)
+    status = "ok" if cell.ok else "FAIL"
+    print(f"  {task.check} of {subject.name} on {task.device} in {task.dtype}: {status}, {cell.examples} examples, "
+          f"worst err/tol {cell.worst:.3g}, {cell.seconds:.1f} s", file=sys.stderr, flush=True)
+    return cell
+
+
+def run_builtin_task(task: CellTask) -> CellResult:
+    """Run one built-in's cell (in a worker process: the registry loads the framework there)."""
+    return _run_task(subject_for(get_implementation(task.implementation)), task)
+
+
 def run_cells(subjects: Sequence[tuple[Subject, Sequence[str]]], dtypes: Sequence[str],
               devices: Sequence[str] | None, max_examples: int, seed: int, gradients: bool,
               gradient_examples: int) -> list[CellResult]:
-    """Fuzz every (subject, device, dtype) cell, forward then (if asked) gradients, showing progress."""
-    results = []
-    checks = [("forward", None, max_examples)] + ([("gradients", gradient_example, gradient_examples)]
-                                                   if gradients else [])
-    for subject, subject_devices in subjects:
-        for device in subject_devices:
-            if devices is not None and device not in devices:
-                continue
-            for check_name, example_check, examples in checks:
-                for dtype in dtypes:
-                    if check_name == "gradients" and not subject.adapter.differentiable:
-                        results.append(CellResult(subject.name, device, dtype, check_name, applicable=False))
-                        continue
-                    print(f"  {check_name} of {subject.name} on {device} in {dtype} ...", end="",
-                          file=sys.stderr, flush=True)
-                    cell = fuzz_cell(subject, dtype=dtype, device=device, layouts=subject.adapter.layouts,
-                                     max_examples=examples, seed=seed, check=check_name,
-                                     example_check=example_check)
-                    status = "ok" if cell.ok else "FAIL"
-                    print(f" {status}: {cell.examples} examples, worst err/tol {cell.worst:.3g}, "
-                          f"{cell.seconds:.1f} s", file=sys.stderr, flush=True)
-                    results.append(cell)
-    return results
+    """Fuzz every (subject, device, dtype) cell in this process, forward then (if asked) gradients."""
+    by_name = {subject.name: subject for subject, _ in subjects}
+    tasks = _plan(subjects, dtypes, devices, max_examples, seed, gradients, gradient_examples)
+    return [_run_task(by_name[task.implementation], task) for task in tasks]
+
+
+def run_builtin_cells_in_parallel(tasks: Sequence[CellTask], jobs: int) -> list[CellResult]:
+    """Cells of built-ins over `jobs` worker processes, the costliest (compiling) ones first."""
+    compiling_first = sorted(range(len(tasks)),
+                             key=lambda i: get_implementation(tasks[i].implementation).compiled, reverse=True)
+    context = multiprocessing.get_context("spawn")  # no fork after torch or JAX started threads
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {i: pool.submit(run_builtin_task, tasks[i]) for i in compiling_first}
+        return [futures[i].result() for i in range(len(tasks))]
 
 
 def _gradient_examples(args: argparse.Namespace) -> int:
@@ -140,10 +181,15 @@ def campaign(argv: Sequence[str]) -> int:
             notes[name] = NO_STRIDES_NOTE
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}", file=sys.stderr)
-    print(f"Fuzzing {len(subjects)} implementation(s), {args.max_examples} examples per cell, seed {args.seed}",
-          file=sys.stderr)
-    results = run_cells(subjects, args.dtypes, args.devices, args.max_examples, args.seed, args.gradients,
-                        _gradient_examples(args))
+    print(f"Fuzzing {len(subjects)} implementation(s), {args.max_examples} examples per cell, seed {args.seed}, "
+          f"{args.jobs} worker(s)", file=sys.stderr)
+    tasks = _plan(subjects, args.dtypes, args.devices, args.max_examples, args.seed, args.gradients,
+                  _gradient_examples(args))
+    if args.jobs > 1:
+        results = run_builtin_cells_in_parallel(tasks, args.jobs)
+    else:
+        by_name = {subject.name: subject for subject, _ in subjects}
+        results = [_run_task(by_name[task.implementation], task) for task in tasks]
     elapsed = time.perf_counter() - started
     print(f"\nConformance matrix ({elapsed:.0f} s)")
     return _finish(results, args, notes, {"command": "campaign", "seconds": elapsed, "skipped": skipped,
@@ -167,8 +213,14 @@ def check_subject(target_spec: str, framework: str) -> Subject:
 
 def run_check(args: argparse.Namespace, subject: Subject) -> list[CellResult]:
     """The cells of one `check`: every device of the framework (or --devices), every dtype asked for."""
-    return run_cells([(subject, subject.adapter.devices())], args.dtypes, args.devices, args.max_examples,
-                     args.seed, args.gradients, _gradient_examples(args))
+    tasks = _plan([(subject, subject.adapter.devices())], args.dtypes, args.devices, args.max_examples,
+                  args.seed, args.gradients, _gradient_examples(args))
+    results = []
+    for task in tasks:
+        results.append(_run_task(subject, task))
+        if args.fail_fast and not results[-1].ok:
+            break
+    return results
 
 
 def check(argv: Sequence[str]) -> int:

@@ -7,7 +7,10 @@ committed inputs). JAX arrays have no strides, so there are no layouts to handle
 
 from __future__ import annotations
 
+import functools
+
 import jax
+import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
@@ -32,30 +35,49 @@ def _describe(value: object) -> ArrayInfo | None:
 
 # Rows per loop step: about this many elements, so each step's temporaries stay in cache.
 BLOCK_ELEMENTS = 1 << 18
+# Below this many tokens a float32 count of a row is exact.
+EXACT_FLOAT32_COUNT = 1 << 24
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def _selected_sums_and_counts(
     token_log_probs: jax.Array, token_mask: jax.Array, accumulate: jnp.dtype
 ) -> tuple[jax.Array, jax.Array]:
-    """Per-row sums of the selected log-probs and counts of selected tokens, one block of rows per step.
+    """Per-row sums of the selected log-probs (in `accumulate`) and counts of selected tokens (int32).
 
     Written whole, XLA on CPU materializes the selected log-probs and the widened mask at full size before
-    reducing them; a `lax.map` over row blocks keeps those temporaries block-sized. The block count and
-    size are static (shapes are known when tracing): the last block starts at batch - rows, overlapping the
-    one before instead of reading past the end, and only its new rows are kept.
+    reducing them; a `lax.map` over row blocks keeps those temporaries block-sized. Block count and size
+    are static: the last block starts at batch - rows, overlapping the one before instead of reading past
+    the end, and only its new rows are kept. The derivative is given directly (see the jvp below), so
+    the tricks here never reach autodiff.
     """
     batch, tokens = token_log_probs.shape
     if batch == 0 or tokens == 0:  # static: nothing to select, and no block to slice
         return jnp.zeros(batch, accumulate), jnp.zeros(batch, jnp.int32)
     rows = min(batch, max(1, BLOCK_ELEMENTS // tokens))
     blocks = -(-batch // rows)
-    starts = jnp.minimum(jnp.arange(blocks, dtype=jnp.int32) * rows, max(batch - rows, 0))
+    starts = jnp.minimum(jnp.arange(blocks, dtype=jnp.int32) * rows, batch - rows)
+    if token_log_probs.dtype == jnp.bfloat16:
+        # XLA on CPU widens a bfloat16 array that enters a loop to float32 in one full-size pass, and
+        # converts slowly; as raw 16-bit words it stays as it is. A bfloat16 is the top half of the
+        # float32 of the same value, so select the words, then shift them into place.
+        values = lax.bitcast_convert_type(token_log_probs, jnp.uint16)
+    else:
+        values = token_log_probs
 
     def block(start: jax.Array) -> tuple[jax.Array, jax.Array]:
-        log_probs = lax.dynamic_slice_in_dim(token_log_probs, start, rows, axis=0)
+        chunk = lax.dynamic_slice_in_dim(values, start, rows, axis=0)
         mask = lax.dynamic_slice_in_dim(token_mask, start, rows, axis=0)
-        sums = jnp.sum(jnp.where(mask, log_probs, 0), axis=-1, dtype=accumulate)
-        return sums, jnp.sum(mask, axis=-1, dtype=jnp.int32)
+        if chunk.dtype == jnp.uint16:
+            words = jnp.where(mask, chunk, jnp.uint16(0)).astype(jnp.uint32) << 16
+            sums = jnp.sum(lax.bitcast_convert_type(words, jnp.float32), axis=-1)
+        else:
+            sums = jnp.sum(jnp.where(mask, chunk, 0), axis=-1, dtype=accumulate)
+        if tokens < EXACT_FLOAT32_COUNT:  # XLA sums float32 faster than int32
+            counts = jnp.sum(mask.astype(jnp.float32), axis=-1).astype(jnp.int32)
+        else:
+            counts = jnp.sum(mask, axis=-1, dtype=jnp.int32)
+        return sums, counts
 
     sums, counts = lax.map(block, starts)
     overlap = blocks * rows - batch  # rows of the last block that the one before already holds
@@ -63,6 +85,19 @@ def _selected_sums_and_counts(
         jnp.concatenate([sums[:-1].reshape(-1), sums[-1, overlap:]]),
         jnp.concatenate([counts[:-1].reshape(-1), counts[-1, overlap:]]),
     )
+
+
+@_selected_sums_and_counts.defjvp
+def _selected_sums_and_counts_jvp(
+    accumulate: jnp.dtype, primals: tuple[jax.Array, jax.Array], tangents: tuple[jax.Array, jax.Array]
+) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, np.ndarray]]:
+    # Linear in the tangent, so reverse mode transposes it: the cotangent of the log-probs is the row's
+    # cotangent where selected and exactly 0 elsewhere, whatever the unselected values hold.
+    token_log_probs, token_mask = primals
+    log_probs_dot, _ = tangents
+    sums, counts = _selected_sums_and_counts(token_log_probs, token_mask, accumulate)
+    sums_dot = jnp.sum(jnp.where(token_mask, log_probs_dot, 0), axis=-1, dtype=accumulate)
+    return (sums, counts), (sums_dot, np.zeros(counts.shape, dtype=jax.dtypes.float0))
 
 
 def magnitude(x: jax.Array) -> jax.Array:

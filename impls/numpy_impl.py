@@ -76,13 +76,13 @@ def _selected_sums(
     log_probs: np.ndarray, mask: np.ndarray, accumulate: type[np.floating]
 ) -> tuple[np.ndarray, np.ndarray]:
     batch, tokens = log_probs.shape
-    sums = np.zeros(batch, dtype=accumulate)
-    counts = np.zeros(batch, dtype=np.int32 if tokens < 2**31 else np.int64)
+    count_dtype = np.int32 if tokens < 2**31 else np.int64
     if batch == 0 or tokens == 0:
-        return sums, counts
+        return np.zeros(batch, dtype=accumulate), np.zeros(batch, dtype=count_dtype)
+    sums = np.empty(batch, dtype=accumulate)  # every row is written by exactly one block
+    counts = np.empty(batch, dtype=count_dtype)
     rows = max(1, min(batch, BLOCK_ELEMENTS // tokens))
     workers = min(_threads(), -(-batch // rows)) if batch * tokens >= THREADED_ELEMENTS else 1
-    bounds = np.linspace(0, batch, workers + 1).astype(int)
 
     def work(first: int, last: int) -> None:
         scratch = np.empty((rows, tokens), dtype=_UNSIGNED[log_probs.dtype.itemsize])
@@ -98,7 +98,8 @@ def _selected_sums(
         work(0, batch)
     else:  # NumPy releases the GIL inside these loops: one contiguous band of rows per core
         pool = _thread_pool()
-        for future in [pool.submit(work, bounds[k], bounds[k + 1]) for k in range(workers)]:
+        bands = [batch * k // workers for k in range(workers + 1)]
+        for future in [pool.submit(work, bands[k], bands[k + 1]) for k in range(workers)]:
             future.result()
     return sums, counts
 

@@ -18,8 +18,9 @@ import torch._dynamo
 
 from impls.torch_eager import normalize, validate
 
-# 4 dtypes x 4 stride patterns x {inference, autograd} x 2 devices stays below this.
-RECOMPILE_LIMIT = 64
+# 4 dtypes x 4 stride patterns x {inference, autograd} x 2 devices stays below this, and so does a
+# user's function compiled plainly (sizes 0 and 1 specialized) under `python -m fuzz check`.
+RECOMPILE_LIMIT = 256
 
 torch._dynamo.config.fail_on_recompile_limit_hit = True
 torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
@@ -46,6 +47,39 @@ def compile_with_unbacked_sizes(fn: Callable[..., Any]) -> Callable[..., Any]:
             for tensor, names in marked:
                 for name in names:
                     delattr(tensor, name)
+
+    return call
+
+
+def _is_data_dependent_guard(error: BaseException | None) -> bool:
+    while error is not None:
+        if "GuardOnDataDependentSymNode" in f"{type(error).__name__}: {error}":
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def compile_for_fuzzing(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A user's function under torch.compile(fullgraph=True, dynamic=True), as cheaply as it allows.
+
+    Unbacked sizes first (fewest recompiles); code that inductor cannot compile with unbacked sizes (it
+    raises GuardOnDataDependentSymNode, e.g. on `torch.zeros_like`) is switched, for good, to a plain
+    dynamic compile, which specializes sizes 0 and 1 and so compiles more often, but is what users run."""
+    unbacked = compile_with_unbacked_sizes(fn)
+    plain = torch.compile(fn, fullgraph=True, dynamic=True)
+    use_plain = False
+
+    @functools.wraps(fn)
+    def call(*tensors: torch.Tensor) -> Any:
+        nonlocal use_plain
+        if not use_plain:
+            try:
+                return unbacked(*tensors)
+            except Exception as error:
+                if not _is_data_dependent_guard(error):
+                    raise
+                use_plain = True
+        return plain(*tensors)
 
     return call
 

@@ -28,13 +28,52 @@ def validate(token_log_probs: torch.Tensor, advantages: torch.Tensor, token_mask
     validate_inputs(token_log_probs, advantages, token_mask, describe=_describe, kind="torch.Tensor")
 
 
+# Eager: rows per step of about this many elements, so each step's temporaries stay in cache.
+CHUNK_ELEMENTS = 1 << 18
+# Below this many tokens a float32 count of a row is exact.
+EXACT_FLOAT32_COUNT = 1 << 24
+
+
+def _selected_sums_and_counts(
+    token_log_probs: torch.Tensor, token_mask: torch.Tensor, accumulate: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row sums of the selected log-probs and counts of selected tokens, eagerly, a chunk of rows
+    at a time so that no temporary is full-size.
+
+    On CPU `torch.where` and any bool-to-float conversion run element by element (several ns each);
+    the mask read as uint8 converts to 0.0/1.0 at memory speed. The product with it is exact for
+    selected values and 0 or NaN (0 * inf, 0 * NaN) for unselected ones, and `nansum` drops exactly
+    those NaNs: selected values are finite by contract. Autograd gives 0 to unselected positions
+    (the product's derivative is the mask, nansum's is 0 at NaN), never NaN.
+    """
+    batch, tokens = token_log_probs.shape
+    rows = max(1, CHUNK_ELEMENTS // max(tokens, 1))
+    mask_bytes = token_mask.view(torch.uint8)
+    sums, counts = [], []
+    for start in range(0, batch, rows):
+        selected = mask_bytes[start : start + rows].to(accumulate)
+        products = token_log_probs[start : start + rows].to(accumulate) * selected
+        sums.append(torch.nansum(products, dim=-1))
+        if tokens < EXACT_FLOAT32_COUNT:
+            counts.append(selected.sum(dim=-1))
+        else:
+            counts.append(token_mask[start : start + rows].sum(dim=-1))
+    if not sums:  # batch 0
+        return token_log_probs.new_zeros(0, dtype=accumulate), token_mask.new_zeros(0, dtype=torch.int64)
+    return torch.cat(sums), torch.cat(counts)
+
+
 def normalize(
     token_log_probs: torch.Tensor, advantages: torch.Tensor, token_mask: torch.Tensor
 ) -> dict[str, torch.Tensor]:
     """The computation alone, without validation (torch.compile traces this)."""
     accumulate = torch.promote_types(token_log_probs.dtype, torch.float32)
-    selected_sums = torch.where(token_mask, token_log_probs, 0).sum(dim=-1, dtype=accumulate)
-    counts = token_mask.sum(dim=-1)  # int64: exact for any length
+    if torch.compiler.is_compiling() or token_log_probs.device.type != "cpu":
+        # Inductor fuses this into one loop over the inputs; a GPU runs each op at memory speed.
+        selected_sums = torch.where(token_mask, token_log_probs, 0).sum(dim=-1, dtype=accumulate)
+        counts = token_mask.sum(dim=-1)  # int64: exact for any length
+    else:
+        selected_sums, counts = _selected_sums_and_counts(token_log_probs, token_mask, accumulate)
     sequence_summed = advantages.to(accumulate) * selected_sums
     token_averaged = sequence_summed / counts.clamp(min=1)  # empty rows: 0 / 1 = 0
     numerator = sequence_summed.abs().sum()

@@ -56,7 +56,7 @@ def test_a_correct_function_conforms(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["ok"] and len(report["cells"]) == 4
-    assert all(cell["examples"] == 60 for cell in report["cells"])
+    assert all(cell["examples"] == 40 for cell in report["cells"])
 
 
 def test_a_bug_gives_exit_1_and_a_snippet_that_reproduces_it(tmp_path):

@@ -1,4 +1,4 @@
-"""Accumulates the sequence log-prob step by step, as a rollout loop does (total += where(mask_t, lp_t, 0)), with the running total kept in the input dtype, so bf16/fp16 rows drift. Wrong when: bf16, one row of 3000 selected tokens all -0.37 (bf16 -0.369140625), A=[1] -> sequence_summed -128 instead of -1104."""
+"""Accumulates the sequence log-prob step by step, as a rollout loop does (total += where(mask_t, lp_t, 0)), with the running total kept in the input dtype, so bf16/fp16 rows drift. Wrong when: bf16, one row of 3000 selected tokens all -0.37 (bf16 -0.369140625), A=[1] -> sequence_summed -128 instead of -1104; already 24 tokens all -1.296875 give -30.75 instead of -31.125."""
 FRAMEWORK = "torch"
 EXPECT = "reject"
 import torch
