@@ -39,21 +39,25 @@ BLOCK_ELEMENTS = 1 << 18
 EXACT_FLOAT32_COUNT = 1 << 24
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _selected_sums_and_counts(
+def _whole_rows(
     token_log_probs: jax.Array, token_mask: jax.Array, accumulate: jnp.dtype
 ) -> tuple[jax.Array, jax.Array]:
-    """Per-row sums of the selected log-probs (in `accumulate`) and counts of selected tokens (int32).
+    """The plain formulation: on a GPU each reduction fuses with its `where` and runs at memory speed."""
+    sums = jnp.sum(jnp.where(token_mask, token_log_probs, 0), axis=-1, dtype=accumulate)
+    return sums, jnp.sum(token_mask, axis=-1, dtype=jnp.int32)
+
+
+def _row_blocks(
+    token_log_probs: jax.Array, token_mask: jax.Array, accumulate: jnp.dtype
+) -> tuple[jax.Array, jax.Array]:
+    """The same, for XLA on CPU, a block of rows per loop step.
 
     Written whole, XLA on CPU materializes the selected log-probs and the widened mask at full size before
     reducing them; a `lax.map` over row blocks keeps those temporaries block-sized. Block count and size
     are static: the last block starts at batch - rows, overlapping the one before instead of reading past
-    the end, and only its new rows are kept. The derivative is given directly (see the jvp below), so
-    the tricks here never reach autodiff.
+    the end, and only its new rows are kept.
     """
     batch, tokens = token_log_probs.shape
-    if batch == 0 or tokens == 0:  # static: nothing to select, and no block to slice
-        return jnp.zeros(batch, accumulate), jnp.zeros(batch, jnp.int32)
     rows = min(batch, max(1, BLOCK_ELEMENTS // tokens))
     blocks = -(-batch // rows)
     starts = jnp.minimum(jnp.arange(blocks, dtype=jnp.int32) * rows, batch - rows)
@@ -84,6 +88,23 @@ def _selected_sums_and_counts(
     return (
         jnp.concatenate([sums[:-1].reshape(-1), sums[-1, overlap:]]),
         jnp.concatenate([counts[:-1].reshape(-1), counts[-1, overlap:]]),
+    )
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _selected_sums_and_counts(
+    token_log_probs: jax.Array, token_mask: jax.Array, accumulate: jnp.dtype
+) -> tuple[jax.Array, jax.Array]:
+    """Per-row sums of the selected log-probs (in `accumulate`) and counts of selected tokens (int32),
+    formulated per platform (chosen when lowering, where the inputs' device is known). The derivative
+    is given directly (see the jvp below), so the CPU tricks never reach autodiff."""
+    batch, tokens = token_log_probs.shape
+    if batch == 0 or tokens == 0:  # static: nothing to select, and no block to slice
+        return jnp.zeros(batch, accumulate), jnp.zeros(batch, jnp.int32)
+    return lax.platform_dependent(
+        token_log_probs, token_mask,
+        cpu=functools.partial(_row_blocks, accumulate=accumulate),
+        default=functools.partial(_whole_rows, accumulate=accumulate),
     )
 
 
