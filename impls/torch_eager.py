@@ -1,7 +1,10 @@
 """The canonical PyTorch implementation: the one to copy into a trainer.
 
 Every choice here answers a bug that trainers have shipped:
-- masked positions are *selected* away with `where`, never multiplied by the mask (-inf * 0 is NaN);
+- masked positions never leak in, whatever they hold: `where` selects them away (under torch.compile and
+  on GPU); the eager CPU path multiplies by the 0/1 mask and `nansum` drops exactly the NaNs that
+  0 * inf and 0 * NaN make, since selected values are finite by contract (a plain `(lp * mask).sum()`
+  returns NaN for -inf padding);
 - the per-row divisor is the count of selected tokens, not the padded width, counted in integers
   (a count rounded in bfloat16 is wrong past 256 tokens);
 - half inputs are summed in float32 and the results rounded once to the input dtype;
