@@ -53,36 +53,52 @@ class Tolerance:
         }
 
 
-def tolerance(expected: Expected, dtype: str) -> Tolerance:
-    """Per-element absolute tolerances for an implementation running in `dtype`."""
+@dataclass(frozen=True)
+class _ForwardBounds:
+    """The forward error bounds before SAFETY: what the forward and the gradient tolerances share."""
+
+    u_acc: float
+    u_out: float
+    eta: float
+    summed: np.ndarray  # bound on |s'_i - s_i|
+    averaged: np.ndarray  # bound on |a'_i - a_i|
+    numerator: float  # dN, bound on the computed N = sum |s_i|
+    denominator: float  # dD, bound on the computed D = sum |a_i|
+
+
+def _forward_bounds(expected: Expected, dtype: str) -> _ForwardBounds:
     u_acc = unit_roundoff(accumulation_dtype(dtype))
     u_out = unit_roundoff(dtype)
     eta = smallest_subnormal(dtype)
     counts = expected.selected_counts
     active = counts > 0
-    safe_counts = np.maximum(counts, 1)
     summation = gamma(counts + 2, u_acc) * expected.absolute_row_sums
-    tol_summed = np.where(active, summation + u_out * np.abs(expected.sequence_summed) + eta, 0.0)
-    tol_averaged = np.where(
-        active, summation / safe_counts + u_out * np.abs(expected.token_averaged) + eta, 0.0
+    summed = np.where(active, summation + u_out * np.abs(expected.sequence_summed) + eta, 0.0)
+    averaged = np.where(
+        active, summation / np.maximum(counts, 1) + u_out * np.abs(expected.token_averaged) + eta, 0.0
+    )
+    batch_gamma = gamma(len(counts), u_acc)
+    return _ForwardBounds(
+        u_acc, u_out, eta, summed, averaged,
+        numerator=float(summed.sum() + batch_gamma * expected.numerator),
+        denominator=float(averaged.sum() + batch_gamma * expected.denominator),
     )
 
-    numerator, denominator = expected.numerator, expected.denominator
-    ratio = float(expected.magnitude_ratio)
-    batch = len(counts)
+
+def tolerance(expected: Expected, dtype: str) -> Tolerance:
+    """Per-element absolute tolerances for an implementation running in `dtype`."""
+    bounds = _forward_bounds(expected, dtype)
+    denominator, ratio = expected.denominator, float(expected.magnitude_ratio)
     if denominator == 0:
         tol_ratio = 0.0
+    elif bounds.denominator >= denominator:
+        tol_ratio = np.inf
     else:
-        d_numerator = tol_summed.sum() + gamma(batch, u_acc) * numerator
-        d_denominator = tol_averaged.sum() + gamma(batch, u_acc) * denominator
-        if d_denominator >= denominator:
-            tol_ratio = np.inf
-        else:
-            propagated = (d_numerator + ratio * d_denominator) / (denominator - d_denominator)
-            tol_ratio = propagated + (u_acc + u_out) * ratio + eta
+        propagated = (bounds.numerator + ratio * bounds.denominator) / (denominator - bounds.denominator)
+        tol_ratio = propagated + (bounds.u_acc + bounds.u_out) * ratio + bounds.eta
     return Tolerance(
-        sequence_summed=SAFETY * tol_summed,
-        token_averaged=SAFETY * tol_averaged,
+        sequence_summed=SAFETY * bounds.summed,
+        token_averaged=SAFETY * bounds.averaged,
         magnitude_ratio=np.array(SAFETY * tol_ratio),
     )
 
@@ -112,9 +128,8 @@ def gradient_tolerance(gradients: Gradients, cotangents: dict[str, np.ndarray], 
     rounded to the input dtype. Kinks of |x| are kept away by the strategy (see fuzz/gradients.py).
     """
     expected = gradients.expected
-    u_acc = unit_roundoff(accumulation_dtype(dtype))
-    u_out = unit_roundoff(dtype)
-    eta = smallest_subnormal(dtype)
+    bounds = _forward_bounds(expected, dtype)
+    u_acc, u_out, eta = bounds.u_acc, bounds.u_out, bounds.eta
     counts = expected.selected_counts
     active = counts > 0
     safe_counts = np.maximum(counts, 1)
@@ -124,11 +139,9 @@ def gradient_tolerance(gradients: Gradients, cotangents: dict[str, np.ndarray], 
     c_ratio = abs(float(cotangents.get("magnitude_ratio", 0.0)))
     terms = c_summed + c_averaged / safe_counts
     propagated = np.zeros(batch)
-    forward = tolerance(expected, dtype)
     if expected.denominator > 0 and c_ratio > 0:
         n_, d_ = expected.numerator, expected.denominator
-        d_denominator = forward.token_averaged.sum() / SAFETY + gamma(batch, u_acc) * d_
-        d_numerator = forward.sequence_summed.sum() / SAFETY + gamma(batch, u_acc) * n_
+        d_denominator, d_numerator = bounds.denominator, bounds.numerator
         through_n = c_ratio / d_
         through_d = c_ratio * n_ / (d_ * d_ * safe_counts)
         terms = terms + through_n + through_d
