@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup fuzz test test-all lint bench clean
+.PHONY: setup fuzz test lint bench clean
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -17,10 +17,7 @@ setup: $(STAMP)
 fuzz: $(STAMP)   ## the main job: the conformance campaign over every built-in implementation
 	$(PY) -m fuzz $(ARGS)
 
-test: $(STAMP)   ## everything but the slow corpus runs of compiled code (CI runs this)
-	$(PY) -m pytest -n auto --dist worksteal -m "not slow" $(ARGS)
-
-test-all: $(STAMP)   ## every test, the slow ones included
+test: $(STAMP)   ## the whole test suite on every core (CI runs this)
 	$(PY) -m pytest -n auto --dist worksteal $(ARGS)
 
 lint: $(STAMP)

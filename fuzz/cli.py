@@ -4,22 +4,18 @@
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
-import multiprocessing
-import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from fuzz.campaign import CellResult, Subject, fuzz_cell
-from fuzz.gradients import gradient_example
-from fuzz.loader import LoadError, load_target
+from fuzz.campaign import CellResult
+from fuzz.cells import FRAMEWORK_CHOICES, CellTask, SubjectSpec, build_subject, plan_cells
+from fuzz.loader import LoadError
+from fuzz.parallel import default_jobs, run_cells
 from fuzz.report import render_failures, render_matrix, write_json
 from impls.dtypes import DTYPE_NAMES
-from impls.registry import BUILTIN_NAMES, Implementation, get_implementation
+from impls.registry import BUILTIN_NAMES, get_implementation
 
-FRAMEWORK_CHOICES = ("torch", "torch-compile", "jax", "numpy")
 NO_STRIDES_NOTE = "strided layouts n/a: JAX arrays have no strides"
 
 
@@ -45,6 +41,8 @@ def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> N
     parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
     parser.add_argument("--gradient-examples", type=int, default=None,
                         help="examples per gradient cell (default: half of --max-examples)")
+    parser.add_argument("--jobs", type=int, default=default_jobs(),
+                        help=f"worker processes, one cell each at a time (default: min(2, cores) = {default_jobs()})")
 
 
 def campaign_parser() -> argparse.ArgumentParser:
@@ -59,8 +57,6 @@ def campaign_parser() -> argparse.ArgumentParser:
     _common_options(parser, default_examples=40)
     parser.add_argument("--no-gradients", dest="gradients", action="store_false",
                         help="skip the gradient checks of the differentiable built-ins")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                        help="worker processes, one cell each at a time (default: min(2, cores))")
     return parser
 
 
@@ -82,74 +78,6 @@ def check_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def subject_for(implementation: Implementation) -> Subject:
-    """A built-in implementation as a fuzzing subject (its snippet imports it from this checkout)."""
-    function = implementation.function
-    return Subject(implementation.name, function, implementation.adapter,
-                   (f"from {function.__module__} import {function.__name__}",), function.__name__)
-
-
-@dataclass(frozen=True)
-class CellTask:
-    """One cell of a campaign, small enough to send to a worker process."""
-
-    implementation: str
-    device: str
-    dtype: str
-    check: str  # "forward" or "gradients"
-    examples: int
-    seed: int
-
-
-def _plan(subjects: Sequence[tuple[Subject, Sequence[str]]], dtypes: Sequence[str],
-          devices: Sequence[str] | None, max_examples: int, seed: int, gradients: bool,
-          gradient_examples: int) -> list[CellTask]:
-    checks = [("forward", max_examples)] + ([("gradients", gradient_examples)] if gradients else [])
-    return [
-        CellTask(subject.name, device, dtype, check, examples, seed)
-        for subject, subject_devices in subjects
-        for device in subject_devices if devices is None or device in devices
-        for check, examples in checks
-        for dtype in dtypes
-    ]
-
-
-def _run_task(subject: Subject, task: CellTask) -> CellResult:
-    if task.check == "gradients" and not subject.adapter.differentiable:
-        return CellResult(subject.name, task.device, task.dtype, task.check, applicable=False)
-    cell = fuzz_cell(subject, dtype=task.dtype, device=task.device, layouts=subject.adapter.layouts,
-                     max_examples=task.examples, seed=task.seed, check=task.check,
-                     example_check=gradient_example if task.check == "gradients" else None)
-    status = "ok" if cell.ok else "FAIL"
-    print(f"  {task.check} of {subject.name} on {task.device} in {task.dtype}: {status}, {cell.examples} examples, "
-          f"worst err/tol {cell.worst:.3g}, {cell.seconds:.1f} s", file=sys.stderr, flush=True)
-    return cell
-
-
-def run_builtin_task(task: CellTask) -> CellResult:
-    """Run one built-in's cell (in a worker process: the registry loads the framework there)."""
-    return _run_task(subject_for(get_implementation(task.implementation)), task)
-
-
-def run_cells(subjects: Sequence[tuple[Subject, Sequence[str]]], dtypes: Sequence[str],
-              devices: Sequence[str] | None, max_examples: int, seed: int, gradients: bool,
-              gradient_examples: int) -> list[CellResult]:
-    """Fuzz every (subject, device, dtype) cell in this process, forward then (if asked) gradients."""
-    by_name = {subject.name: subject for subject, _ in subjects}
-    tasks = _plan(subjects, dtypes, devices, max_examples, seed, gradients, gradient_examples)
-    return [_run_task(by_name[task.implementation], task) for task in tasks]
-
-
-def run_builtin_cells_in_parallel(tasks: Sequence[CellTask], jobs: int) -> list[CellResult]:
-    """Cells of built-ins over `jobs` worker processes, the costliest (compiling) ones first."""
-    compiling_first = sorted(range(len(tasks)),
-                             key=lambda i: get_implementation(tasks[i].implementation).compiled, reverse=True)
-    context = multiprocessing.get_context("spawn")  # no fork after torch or JAX started threads
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {i: pool.submit(run_builtin_task, tasks[i]) for i in compiling_first}
-        return [futures[i].result() for i in range(len(tasks))]
-
-
 def _gradient_examples(args: argparse.Namespace) -> int:
     return args.gradient_examples if args.gradient_examples is not None else max(1, args.max_examples // 2)
 
@@ -169,64 +97,49 @@ def _finish(results: list[CellResult], args: argparse.Namespace, notes: dict[str
 def campaign(argv: Sequence[str]) -> int:
     args = campaign_parser().parse_args(argv)
     started = time.perf_counter()
-    subjects, notes, skipped = [], {}, {}
+    subjects, notes, skipped, compiled = [], {}, {}, set()
     for name in args.implementations:
         try:
             impl = get_implementation(name)
         except RuntimeError as error:
             skipped[name] = str(error)
             continue
-        subjects.append((subject_for(impl), impl.devices))
+        subjects.append((SubjectSpec(name), impl.devices))
+        if impl.compiled:
+            compiled.add(name)
         if impl.adapter.layouts == ("contiguous",):
             notes[name] = NO_STRIDES_NOTE
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}", file=sys.stderr)
     print(f"Fuzzing {len(subjects)} implementation(s), {args.max_examples} examples per cell, seed {args.seed}, "
           f"{args.jobs} worker(s)", file=sys.stderr)
-    tasks = _plan(subjects, args.dtypes, args.devices, args.max_examples, args.seed, args.gradients,
-                  _gradient_examples(args))
-    if args.jobs > 1:
-        results = run_builtin_cells_in_parallel(tasks, args.jobs)
-    else:
-        by_name = {subject.name: subject for subject, _ in subjects}
-        results = [_run_task(by_name[task.implementation], task) for task in tasks]
+    tasks = plan_cells(subjects, args.dtypes, args.devices, args.max_examples, args.seed, args.gradients,
+                       _gradient_examples(args))
+    results = run_cells(tasks, jobs=args.jobs, priority=lambda task: task.subject.name in compiled)
     elapsed = time.perf_counter() - started
     print(f"\nConformance matrix ({elapsed:.0f} s)")
     return _finish(results, args, notes, {"command": "campaign", "seconds": elapsed, "skipped": skipped,
                                           "seed": args.seed, "max_examples": args.max_examples})
 
 
-def check_subject(target_spec: str, framework: str) -> Subject:
-    """The user's function as a fuzzing subject; raises LoadError for anything that stops it loading."""
-    target = load_target(target_spec)
-    from impls.frameworks import load_framework
-
-    adapter_name = {"torch-compile": "torch"}.get(framework, framework)
-    try:
-        adapter = load_framework(adapter_name)
-    except Exception as error:
-        raise LoadError(f"framework {adapter_name} is unavailable here: {type(error).__name__}: {error}") from error
-    wrap = {"torch-compile": "torch.compile", "jax": "jax.jit"}.get(framework)
-    function = adapter.compile(target.function) if wrap else target.function
-    return Subject(target_spec, function, adapter, target.import_lines, target.function_name, wrap=wrap)
+def check_tasks(args: argparse.Namespace) -> list[CellTask]:
+    """The cells of one `check`: every device of the framework (or --devices), every dtype asked for.
+    Raises LoadError when the target does not load."""
+    spec = SubjectSpec(args.target, args.framework)
+    devices = build_subject(spec).adapter.devices()
+    return plan_cells([(spec, devices)], args.dtypes, args.devices, args.max_examples, args.seed,
+                      args.gradients, _gradient_examples(args))
 
 
-def run_check(args: argparse.Namespace, subject: Subject) -> list[CellResult]:
-    """The cells of one `check`: every device of the framework (or --devices), every dtype asked for."""
-    tasks = _plan([(subject, subject.adapter.devices())], args.dtypes, args.devices, args.max_examples,
-                  args.seed, args.gradients, _gradient_examples(args))
-    results = []
-    for task in tasks:
-        results.append(_run_task(subject, task))
-        if args.fail_fast and not results[-1].ok:
-            break
-    return results
+def run_check(args: argparse.Namespace) -> list[CellResult]:
+    """Run a parsed `check` command's cells; raises LoadError when the target does not load."""
+    return run_cells(check_tasks(args), jobs=args.jobs, fail_fast=args.fail_fast)
 
 
 def check(argv: Sequence[str]) -> int:
     args = check_parser().parse_args(argv)
     try:
-        subject = check_subject(args.target, args.framework)
+        subject = build_subject(SubjectSpec(args.target, args.framework))
     except LoadError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -235,7 +148,7 @@ def check(argv: Sequence[str]) -> int:
         print(f"error: --gradients needs autograd, and {args.framework} has none", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    results = run_check(args, subject)
+    results = run_check(args)
     elapsed = time.perf_counter() - started
     print(f"\n{args.target} ({args.framework}), {elapsed:.0f} s")
     notes = {args.target: NO_STRIDES_NOTE} if adapter.layouts == ("contiguous",) else {}

@@ -1,6 +1,9 @@
-"""The canonical PyTorch implementation under `torch.compile(fullgraph=True, dynamic=True)`.
+"""The PyTorch implementation under `torch.compile(fullgraph=True, dynamic=True)`.
 
-Validation runs eagerly (it reads metadata only); the computation is one compiled graph. Sizes are marked
+Validation runs eagerly (it reads metadata only); the computation is one compiled graph, written for what
+inductor's CPU code does fast: the mask comes in as its bytes (a free reinterpreting view), is converted
+to 0.0/1.0 once, and `where(selected != 0, ...)` and the count reduce it in one fused pass. Inductor
+loads a bool mask several times slower, and an integer count costs a second pass. Sizes are marked
 unbacked for the call (the marks are removed afterwards), so batch or tokens of 0 or 1 reuse the general
 graph instead of each compiling its own; only dtype, device and stride pattern
 (contiguous, transposed, strided, expanded) compile anew. `fail_on_recompile_limit_hit` makes hitting the
@@ -16,7 +19,7 @@ from typing import Any
 import torch
 import torch._dynamo
 
-from impls.torch_eager import normalize, validate
+from impls.torch_eager import EXACT_FLOAT32_COUNT, validate, weights_and_ratio
 
 # 4 dtypes x 4 stride patterns x {inference, autograd} x 2 devices stays below this, and so does a
 # user's function compiled plainly (sizes 0 and 1 specialized) under `python -m fuzz check`.
@@ -25,24 +28,33 @@ RECOMPILE_LIMIT = 256
 torch._dynamo.config.fail_on_recompile_limit_hit = True
 torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
 
+# The contract's arguments (token_log_probs, advantages, token_mask) and the size each dimension holds.
+CONTRACT_DIMENSIONS = (("batch", "tokens"), ("batch",), ("batch", "tokens"))
+# Inductor reads an unbacked size's hint to plan its kernels; without one it sees memory traffic of size 0,
+# and so never fuses the sum and the count into one pass over the inputs (twice as slow). Only the plan
+# depends on it: the kernels are correct for every size. Typical RL shapes.
+SIZE_HINTS = {"batch": 1024, "tokens": 4096}
+
+
 def compile_with_unbacked_sizes(fn: Callable[..., Any]) -> Callable[..., Any]:
     """`torch.compile(fn, fullgraph=True, dynamic=True)`, called with every size marked unbacked.
 
-    The marks are Python attributes on the tensor objects; they are removed after the call, so the
-    caller's tensors come back as they were. (Marking a fresh `.view` alias instead makes dynamo guard on
-    the alias's `_base`, which costs extra recompiles.)"""
+    Sizes of the same name (every `batch`, every `tokens`) share one symbol, with a fixed hint. The marks are
+    Python attributes on the tensor objects; they are removed after the call, so the caller's tensors come
+    back as they were. (Marking a fresh `.view` alias instead makes dynamo guard on the alias's `_base`,
+    which costs extra recompiles.)"""
     compiled = torch.compile(fn, fullgraph=True, dynamic=True)
 
     @functools.wraps(fn)
-    def call(*tensors: torch.Tensor) -> Any:
+    def call(*arguments: Any) -> Any:
         marked = []
-        for tensor in tensors:
+        for tensor, names in zip(arguments, CONTRACT_DIMENSIONS):  # the contract's three tensors come first
             before = set(tensor.__dict__)
-            for dim in range(tensor.dim()):
-                torch._dynamo.decorators.mark_unbacked(tensor, dim)
+            for dim, name in enumerate(names[: tensor.dim()]):
+                torch._dynamo.decorators.mark_unbacked(tensor, dim, hint_override=SIZE_HINTS[name], shape_id=name)
             marked.append((tensor, set(tensor.__dict__) - before))
         try:
-            return compiled(*tensors)
+            return compiled(*arguments)
         finally:
             for tensor, names in marked:
                 for name in names:
@@ -84,11 +96,30 @@ def compile_for_fuzzing(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def normalize(
+    token_log_probs: torch.Tensor, advantages: torch.Tensor, mask_bytes: torch.Tensor, count_dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
+    """The computation torch.compile traces. `mask_bytes` is the bool mask viewed as uint8 (0 or 1);
+    `count_dtype` counts selected tokens exactly (float32 below 2^24 tokens, else float64)."""
+    accumulate = torch.promote_types(token_log_probs.dtype, torch.float32)
+    selected = mask_bytes.to(accumulate)
+    selected_sums = torch.where(selected != 0, token_log_probs.to(accumulate), 0).sum(dim=-1)
+    counts = selected.to(count_dtype).sum(dim=-1)
+    return weights_and_ratio(token_log_probs.dtype, advantages, selected_sums, counts)
+
+
+compiled_normalize = compile_with_unbacked_sizes(normalize)
+
+
+def count_dtype_for(token_log_probs: torch.Tensor) -> torch.dtype:
+    """The accumulation dtype while it counts a row exactly; float64 beyond (a graph of its own)."""
+    accumulate = torch.promote_types(token_log_probs.dtype, torch.float32)
+    return accumulate if token_log_probs.shape[-1] < EXACT_FLOAT32_COUNT else torch.float64
+
+
 def sequence_vs_token_normalization(
     token_log_probs: torch.Tensor, advantages: torch.Tensor, token_mask: torch.Tensor
 ) -> dict[str, torch.Tensor]:
     validate(token_log_probs, advantages, token_mask)
-    return compiled_normalize(token_log_probs, advantages, token_mask)
-
-
-compiled_normalize = compile_with_unbacked_sizes(normalize)
+    mask_bytes = token_mask.view(torch.uint8)  # same strides, no copy
+    return compiled_normalize(token_log_probs, advantages, mask_bytes, count_dtype_for(token_log_probs))

@@ -1,16 +1,16 @@
 """The canonical PyTorch implementation: the one to copy into a trainer.
 
 Every choice here answers a bug that trainers have shipped:
-- masked positions never leak in, whatever they hold: `where` selects them away (under torch.compile and
-  on GPU); the eager CPU path multiplies by the 0/1 mask and `nansum` drops exactly the NaNs that
-  0 * inf and 0 * NaN make, since selected values are finite by contract (a plain `(lp * mask).sum()`
-  returns NaN for -inf padding);
-- the per-row divisor is the count of selected tokens, not the padded width, counted in integers
-  (a count rounded in bfloat16 is wrong past 256 tokens);
+- masked positions never leak in, whatever they hold: `where` selects them away (on GPU); the CPU path
+  multiplies by the 0/1 mask and `nansum` drops exactly the NaNs that 0 * inf and 0 * NaN make, since
+  selected values are finite by contract (a plain `(lp * mask).sum()` returns NaN for -inf padding);
+- the per-row divisor is the count of selected tokens, not the padded width, counted exactly: in
+  integers, or in float32 while rows are shorter than 2^24 tokens (a count rounded in bfloat16 is wrong
+  past 256 tokens);
 - half inputs are summed in float32 and the results rounded once to the input dtype;
 - each divisor is made safe *before* dividing (count clamped to 1, the ratio's denominator replaced by 1
   where it is 0): a `where` that discards 0/0 still sends NaN into the backward pass;
-- no `.item()`, no Python branch on values, no host-device sync: it traces into one graph.
+- no `.item()`, no Python branch on values, no host-device sync.
 """
 
 from __future__ import annotations
@@ -69,23 +69,29 @@ def _selected_sums_and_counts(
 def normalize(
     token_log_probs: torch.Tensor, advantages: torch.Tensor, token_mask: torch.Tensor
 ) -> dict[str, torch.Tensor]:
-    """The computation alone, without validation (torch.compile traces this)."""
+    """The computation alone, without validation."""
     accumulate = torch.promote_types(token_log_probs.dtype, torch.float32)
-    if torch.compiler.is_compiling() or token_log_probs.device.type != "cpu":
-        # Inductor fuses the where into the reductions (no full-size temporary); a GPU runs each op
-        # at memory speed, where chunking would only add kernel launches.
+    if token_log_probs.device.type != "cpu":
+        # A GPU runs each op at memory speed, where chunking would only add kernel launches.
         selected_sums = torch.where(token_mask, token_log_probs, 0).sum(dim=-1, dtype=accumulate)
         counts = token_mask.sum(dim=-1)  # int64: exact for any length
     else:
         selected_sums, counts = _selected_sums_and_counts(token_log_probs, token_mask, accumulate)
-    sequence_summed = advantages.to(accumulate) * selected_sums
+    return weights_and_ratio(token_log_probs.dtype, advantages, selected_sums, counts)
+
+
+def weights_and_ratio(
+    out_dtype: torch.dtype, advantages: torch.Tensor, selected_sums: torch.Tensor, counts: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The three outputs from the per-row sums of selected log-probs (in the accumulation dtype) and the
+    per-row counts of selected tokens (exact, integer or float)."""
+    sequence_summed = advantages.to(selected_sums.dtype) * selected_sums
     token_averaged = sequence_summed / counts.clamp(min=1)  # empty rows: 0 / 1 = 0
     numerator = sequence_summed.abs().sum()
     denominator = token_averaged.abs().sum()
     has_denominator = denominator > 0
     safe_denominator = torch.where(has_denominator, denominator, 1)
     magnitude_ratio = torch.where(has_denominator, numerator / safe_denominator, 0)
-    out_dtype = token_log_probs.dtype
     return {
         "sequence_summed": sequence_summed.to(out_dtype),
         "token_averaged": token_averaged.to(out_dtype),

@@ -39,3 +39,8 @@ def implementation_devices() -> list:
                 pytest.mark.skip(reason=f"no {device} device for {name} here")]
             params.append(pytest.param(name, device, id=f"{name}-{device}", marks=marks))
     return params
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Start the tests marked `long` first: pytest-xdist's workers then share out the short ones at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import impls
 from fuzz.campaign import check_example
-from fuzz.cli import subject_for
+from fuzz.cells import subject_for
 from fuzz.metamorphic import RELATIONS
 from fuzz.strategies import draw_case
 from impls.dtypes import DTYPE_NAMES

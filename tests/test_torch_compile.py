@@ -49,7 +49,7 @@ def test_it_is_really_compiled_and_cannot_fall_back_to_eager():
     # The dynamo cache of the compiled code object holds at least the float16 entry.
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
-    from impls.torch_eager import normalize
+    from impls.torch_compile import normalize
 
     assert len(_debug_get_cache_entry_list(normalize.__code__)) >= 1
 

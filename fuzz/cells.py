@@ -1,0 +1,96 @@
+"""The cells of a run: which subject is fuzzed, the plan of (subject, device, check, dtype) cells, and how one
+cell is run. A `SubjectSpec` names a subject in a form a worker process can rebuild it from."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fuzz.campaign import CellResult, Subject, fuzz_cell
+from fuzz.gradients import gradient_example
+from fuzz.loader import LoadError, load_target
+from impls.registry import Implementation, get_implementation
+
+FRAMEWORK_CHOICES = ("torch", "torch-compile", "jax", "numpy")
+
+
+@dataclass(frozen=True)
+class SubjectSpec:
+    """A built-in (`framework` None) or a user's `TARGET` with its `--framework`."""
+
+    name: str
+    framework: str | None = None
+
+
+def subject_for(implementation: Implementation) -> Subject:
+    """A built-in implementation as a fuzzing subject (its snippet imports it from this checkout)."""
+    function = implementation.function
+    return Subject(implementation.name, function, implementation.adapter,
+                   (f"from {function.__module__} import {function.__name__}",), function.__name__)
+
+
+def check_subject(target_spec: str, framework: str) -> Subject:
+    """The user's function as a fuzzing subject; raises LoadError for anything that stops it loading."""
+    target = load_target(target_spec)
+    from impls.frameworks import load_framework
+
+    adapter_name = {"torch-compile": "torch"}.get(framework, framework)
+    try:
+        adapter = load_framework(adapter_name)
+    except Exception as error:
+        raise LoadError(f"framework {adapter_name} is unavailable here: {type(error).__name__}: {error}") from error
+    wrap = {"torch-compile": "torch.compile", "jax": "jax.jit"}.get(framework)
+    function = adapter.compile(target.function) if wrap else target.function
+    return Subject(target_spec, function, adapter, target.import_lines, target.function_name, wrap=wrap)
+
+
+_BUILT: dict[SubjectSpec, Subject] = {}
+
+
+def build_subject(spec: SubjectSpec) -> Subject:
+    """The subject a spec names, built once per process (a compiled function keeps its compiled graphs)."""
+    if spec not in _BUILT:
+        _BUILT[spec] = (subject_for(get_implementation(spec.name)) if spec.framework is None
+                        else check_subject(spec.name, spec.framework))
+    return _BUILT[spec]
+
+
+@dataclass(frozen=True)
+class CellTask:
+    """One cell, small enough to send to a worker process."""
+
+    subject: SubjectSpec
+    device: str
+    dtype: str
+    check: str  # "forward" or "gradients"
+    examples: int
+    seed: int
+
+
+def plan_cells(subjects: Sequence[tuple[SubjectSpec, Sequence[str]]], dtypes: Sequence[str],
+               devices: Sequence[str] | None, max_examples: int, seed: int, gradients: bool,
+               gradient_examples: int) -> list[CellTask]:
+    """Every (subject, device, check, dtype) cell; each subject's forward cells before its gradient cells."""
+    checks = [("forward", max_examples)] + ([("gradients", gradient_examples)] if gradients else [])
+    return [
+        CellTask(spec, device, dtype, check, examples, seed)
+        for spec, subject_devices in subjects
+        for device in subject_devices if devices is None or device in devices
+        for check, examples in checks
+        for dtype in dtypes
+    ]
+
+
+def run_cell(task: CellTask) -> CellResult:
+    """Fuzz one cell and print a progress line for it."""
+    subject = build_subject(task.subject)
+    if task.check == "gradients" and not subject.adapter.differentiable:
+        return CellResult(subject.name, task.device, task.dtype, task.check, applicable=False)
+    cell = fuzz_cell(subject, dtype=task.dtype, device=task.device, layouts=subject.adapter.layouts,
+                     max_examples=task.examples, seed=task.seed, check=task.check,
+                     example_check=gradient_example if task.check == "gradients" else None)
+    status = "ok" if cell.ok else "FAIL"
+    print(f"  {task.check} of {subject.name} on {task.device} in {task.dtype}: {status}, {cell.examples} examples, "
+          f"worst err/tol {cell.worst:.3g}, {cell.seconds:.1f} s", file=sys.stderr, flush=True)
+    return cell
