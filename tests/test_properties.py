@@ -1,5 +1,6 @@
 """The fuzzer's properties for every available implementation, device and dtype, as pytest tests
-(ids like `torch-compile-cpu-float16`). Profiles: --hypothesis-profile ci|dev|thorough or FUZZ_PROFILE."""
+(ids like `torch-compile-cpu-float16`), forward and, for the differentiable ones, gradients.
+Profiles: --hypothesis-profile ci|dev|thorough or FUZZ_PROFILE."""
 
 import pytest
 from hypothesis import given, target
@@ -8,6 +9,7 @@ from hypothesis import strategies as st
 import impls
 from fuzz.campaign import check_example
 from fuzz.cells import subject_for
+from fuzz.gradients import gradient_example
 from fuzz.metamorphic import RELATIONS
 from fuzz.strategies import draw_case
 from impls.dtypes import DTYPE_NAMES
@@ -17,16 +19,31 @@ PARAMS = [
     pytest.param(*p.values, dtype, id=f"{p.id}-{dtype}", marks=p.marks)
     for p in implementation_devices() for dtype in DTYPE_NAMES
 ]
+DIFFERENTIABLE_PARAMS = [p for p in PARAMS if p.values[0] != "numpy"]
+
+
+def _case(impl, device: str, dtype: str, data):
+    return draw_case(lambda s, label: data.draw(s, label=label), dtypes=[dtype],
+                     layouts=impl.adapter.layouts, devices=[device])
+
+
+def _assert_conforms(verdict) -> None:
+    for label, ratio in verdict.error_ratios.items():
+        target(min(ratio, 1e6), label=label)  # climb toward the worst err/tol
+    assert verdict.ok, "\n".join(verdict.failures) + (verdict.traceback or "")
 
 
 @pytest.mark.parametrize(("name", "device", "dtype"), PARAMS)
 @given(data=st.data())
 def test_conforms_to_the_reference(name, device, dtype, data):
     impl = impls.get_implementation(name)
-    case = draw_case(lambda s, label: data.draw(s, label=label), dtypes=[dtype],
-                     layouts=impl.adapter.layouts, devices=[device])
+    case = _case(impl, device, dtype, data)
     relation = data.draw(st.sampled_from(RELATIONS), label="metamorphic relation")
-    verdict = check_example(subject_for(impl), case, relation)
-    for label, ratio in verdict.error_ratios.items():
-        target(min(ratio, 1e6), label=label)
-    assert verdict.ok, "\n".join(verdict.failures) + (verdict.traceback or "")
+    _assert_conforms(check_example(subject_for(impl), case, relation))
+
+
+@pytest.mark.parametrize(("name", "device", "dtype"), DIFFERENTIABLE_PARAMS)
+@given(data=st.data())
+def test_gradients_match_the_exact_vjp(name, device, dtype, data):
+    impl = impls.get_implementation(name)
+    _assert_conforms(gradient_example(subject_for(impl), _case(impl, device, dtype, data), data))
