@@ -30,18 +30,28 @@ def _csv(choices: Sequence[str], what: str):
     return parse
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")  # argparse names the option
+    return value
+
+
 def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> None:
     parser.add_argument("--dtypes", type=_csv(DTYPE_NAMES, "--dtypes"), default=list(DTYPE_NAMES),
                         help="comma-separated dtypes (default: all four)")
     parser.add_argument("--devices", type=_csv(("cpu", "cuda"), "--devices"), default=None,
                         help="comma-separated devices (default: every device the framework sees)")
-    parser.add_argument("--max-examples", type=int, default=default_examples,
+    parser.add_argument("--max-examples", type=_positive_int, default=default_examples,
                         help=f"Hypothesis examples per (device, dtype) cell (default {default_examples})")
     parser.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
     parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
-    parser.add_argument("--gradient-examples", type=int, default=None,
+    parser.add_argument("--gradient-examples", type=_positive_int, default=None,
                         help="examples per gradient cell (default: half of --max-examples)")
-    parser.add_argument("--jobs", type=int, default=default_jobs(),
+    parser.add_argument("--jobs", type=_positive_int, default=default_jobs(),
                         help=f"worker processes, one cell each at a time (default: min(2, cores) = {default_jobs()})")
 
 

@@ -48,6 +48,8 @@ def test_a_module_that_raises_on_import_exits_2(tmp_path):
 def test_usage_errors_exit_2():
     assert run_fuzz("check", "impls.numpy_impl:normalize").returncode == 2  # --framework missing
     assert run_fuzz("--dtypes", "float8").returncode == 2
+    jobs = run_fuzz("check", "impls.numpy_impl:normalize", "--framework", "numpy", "--jobs", "0")
+    assert jobs.returncode == 2 and "argument --jobs: must be a positive integer" in jobs.stderr
 
 
 def test_a_correct_function_conforms(tmp_path):
@@ -59,8 +61,7 @@ def test_a_correct_function_conforms(tmp_path):
     assert all(cell["examples"] == 40 for cell in report["cells"])
 
 
-def test_a_bug_gives_exit_1_and_a_snippet_that_reproduces_it(tmp_path):
-    path = write(tmp_path, "padded.py", """
+PADDED_WIDTH_BUG = """
         import numpy as np
         def f(lp, adv, mask):
             acc = np.float64 if lp.dtype == np.float64 else np.float32
@@ -70,7 +71,11 @@ def test_a_bug_gives_exit_1_and_a_snippet_that_reproduces_it(tmp_path):
             r = np.abs(s).sum() / d if d > 0 else acc(0)
             return {"sequence_summed": s.astype(lp.dtype), "token_averaged": a.astype(lp.dtype),
                     "magnitude_ratio": np.asarray(r).astype(lp.dtype)}
-    """)
+    """
+
+
+def test_a_bug_gives_exit_1_and_a_snippet_that_reproduces_it(tmp_path):
+    path = write(tmp_path, "padded.py", PADDED_WIDTH_BUG)
     result = run_fuzz("check", f"{path}:f", "--framework", "numpy", "--dtypes", "float32",
                       "--json", str(tmp_path / "r.json"))
     assert result.returncode == 1, result.stdout + result.stderr
@@ -78,6 +83,15 @@ def test_a_bug_gives_exit_1_and_a_snippet_that_reproduces_it(tmp_path):
     assert "token_averaged" in snippet and "FAILED" in snippet
     replay = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, cwd=tmp_path)
     assert replay.returncode == 1 and "AssertionError" in replay.stderr and "token_averaged" in replay.stderr
+
+
+def test_fail_fast_over_two_workers_stops_at_a_failing_cell(tmp_path):
+    path = write(tmp_path, "padded.py", PADDED_WIDTH_BUG)
+    result = run_fuzz("check", f"{path}:f", "--framework", "numpy", "--jobs", "2", "--fail-fast",
+                      "--json", str(tmp_path / "r.json"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    cells = json.loads((tmp_path / "r.json").read_text())["cells"]
+    assert 1 <= len(cells) <= 4 and any(not cell["ok"] and cell["snippet"] for cell in cells)
 
 
 def test_every_command_has_help():
