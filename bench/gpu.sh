@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# The CUDA part of the suite in one call, for a machine with an NVIDIA GPU (under 5 minutes):
-# the CUDA fuzz tests, then the CUDA benchmarks (every size, xl included), whose table is printed last.
+# The CUDA part of the suite in one call, for a machine with an NVIDIA GPU: the CUDA fuzz tests, then the
+# CUDA benchmarks (every size, xl included), whose table is printed last. Sized for under 5 minutes;
+# not yet timed on a GPU.
 # Without a CUDA device visible to torch or JAX it prints "skipped: no CUDA device" and exits 0.
 #
 #   PYTHONPATH=. bash bench/gpu.sh            (from the checkout; uses .venv/bin/python if present)
 #
 # Exit status: 0 when the fuzz tests pass and every benchmark's result checks out, 1 otherwise.
 set -u
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+    sed -n '2,9s/^# \{0,1\}//p' "$0"
+    exit 0
+fi
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PYTHON="${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}"

@@ -49,7 +49,7 @@ def call_safely(fn: Callable[..., Any], *args: Any) -> tuple[Any, Verdict]:
     """fn(*args), or None and a Verdict holding the exception and its traceback."""
     try:
         return fn(*args), Verdict()
-    except Exception as error:  # the implementation's failure, not the harness's
+    except (Exception, SystemExit) as error:  # the implementation's failure, not the harness's
         verdict = Verdict([f"raised {type(error).__name__}: {error}".strip()])
         verdict.traceback = traceback.format_exc()
         return None, verdict

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 
 from fuzz.campaign import CellResult
@@ -16,6 +17,7 @@ from fuzz.report import render_failures, render_matrix, write_json
 from impls.dtypes import DTYPE_NAMES
 from impls.registry import BUILTIN_NAMES, get_implementation
 
+INTERNAL_ERROR = 3
 NO_STRIDES_NOTE = "strided layouts n/a: JAX arrays have no strides"
 
 
@@ -74,7 +76,8 @@ def check_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m fuzz check",
         description="Fuzz one implementation with the contract's signature against the float64 reference. "
-        "Exit 0: conforms; 1: counterexample found (printed as a runnable snippet); 2: usage or load error.",
+        "Exit 0: conforms; 1: counterexample found (printed as a runnable snippet); 2: usage or load error; "
+        "3: the fuzzer itself failed.",
     )
     parser.add_argument("target", metavar="TARGET", help="package.module:function or path/to/file.py:function")
     parser.add_argument("--framework", required=True, choices=FRAMEWORK_CHOICES,
@@ -158,7 +161,11 @@ def check(argv: Sequence[str]) -> int:
         print(f"error: --gradients needs autograd, and {args.framework} has none", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    results = run_check(args)
+    try:
+        results = run_check(args)
+    except LoadError as error:  # a worker process could not load it after all
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     elapsed = time.perf_counter() - started
     print(f"\n{args.target} ({args.framework}), {elapsed:.0f} s")
     notes = {args.target: NO_STRIDES_NOTE} if adapter.layouts == ("contiguous",) else {}
@@ -168,6 +175,10 @@ def check(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "check":
-        return check(argv[1:])
-    return campaign(argv)
+    try:
+        return check(argv[1:]) if argv and argv[0] == "check" else campaign(argv)
+    except Exception:  # the harness's own failure: never to be read as a verdict on the implementation
+        traceback.print_exc()
+        print("internal error: the fuzzer itself failed (exit 3), which says nothing about the implementation; "
+              "please report it with the traceback above", file=sys.stderr)
+        return INTERNAL_ERROR

@@ -84,7 +84,8 @@ def weights_and_ratio(
     out_dtype: torch.dtype, advantages: torch.Tensor, selected_sums: torch.Tensor, counts: torch.Tensor
 ) -> dict[str, torch.Tensor]:
     """The three outputs from the per-row sums of selected log-probs (in the accumulation dtype) and the
-    per-row counts of selected tokens (exact, integer or float)."""
+    per-row counts of selected tokens (exact, integer or float). Float64 counts of float32 sums (rows of
+    2^24 tokens or more) promote the quotient to float64: one rounding fewer, then the same cast."""
     sequence_summed = advantages.to(selected_sums.dtype) * selected_sums
     token_averaged = sequence_summed / counts.clamp(min=1)  # empty rows: 0 / 1 = 0
     numerator = sequence_summed.abs().sum()

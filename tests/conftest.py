@@ -42,5 +42,6 @@ def implementation_devices() -> list:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Start the tests marked `long` first: pytest-xdist's workers then share out the short ones at the end."""
+    """Start the tests marked `long` first: `--dist load` deals the first tests round-robin, so the long ones
+    spread over the workers, and the short ones fill in as workers free up."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)

@@ -91,7 +91,22 @@ def test_fail_fast_over_two_workers_stops_at_a_failing_cell(tmp_path):
                       "--json", str(tmp_path / "r.json"))
     assert result.returncode == 1, result.stdout + result.stderr
     cells = json.loads((tmp_path / "r.json").read_text())["cells"]
-    assert 1 <= len(cells) <= 4 and any(not cell["ok"] and cell["snippet"] for cell in cells)
+    assert len(cells) == 1 and not cells[0]["ok"] and cells[0]["snippet"]  # every cell fails: the first ends it
+
+
+def test_a_function_that_kills_its_worker_fails_instead_of_hanging(tmp_path):
+    path = write(tmp_path, "dies.py", "import os\ndef f(lp, adv, mask):\n    os._exit(3)\n")
+    result = run_fuzz("check", f"{path}:f", "--framework", "numpy", "--jobs", "2", "--json", str(tmp_path / "r.json"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    cells = json.loads((tmp_path / "r.json").read_text())["cells"]
+    assert len(cells) == 4 and all("worker process died" in cell["failures"][0] for cell in cells)
+
+
+def test_a_function_that_raises_system_exit_is_a_failure_not_an_exit(tmp_path):
+    path = write(tmp_path, "exits.py", "def f(lp, adv, mask):\n    raise SystemExit(0)\n")
+    result = run_fuzz("check", f"{path}:f", "--framework", "numpy", "--jobs", "1", "--dtypes", "float32")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "raised SystemExit" in result.stdout
 
 
 def test_every_command_has_help():
