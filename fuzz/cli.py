@@ -87,7 +87,7 @@ def check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gradients", action="store_true",
                         help="also fuzz the backward pass (torch autograd / jax.vjp) against the exact VJP")
     parser.add_argument("--fail-fast", action="store_true",
-                        help="stop at the first failing cell instead of filling the whole matrix")
+                        help="stop at the first failing cell to finish instead of filling the whole matrix")
     return parser
 
 
