@@ -43,6 +43,7 @@ def _positive_int(text: str) -> int:
 
 
 def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> None:
+    jobs = default_jobs()
     parser.add_argument("--dtypes", type=_csv(DTYPE_NAMES, "--dtypes"), default=list(DTYPE_NAMES),
                         help="comma-separated dtypes (default: all four)")
     parser.add_argument("--devices", type=_csv(("cpu", "cuda"), "--devices"), default=None,
@@ -53,8 +54,8 @@ def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> N
     parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
     parser.add_argument("--gradient-examples", type=_positive_int, default=None,
                         help="examples per gradient cell (default: half of --max-examples)")
-    parser.add_argument("--jobs", type=_positive_int, default=default_jobs(),
-                        help=f"worker processes, one cell each at a time (default: min(2, cores) = {default_jobs()})")
+    parser.add_argument("--jobs", type=_positive_int, default=jobs,
+                        help=f"worker processes, one cell each at a time (default: min(2, cores) = {jobs})")
 
 
 def campaign_parser() -> argparse.ArgumentParser:
@@ -151,19 +152,14 @@ def run_check(args: argparse.Namespace) -> list[CellResult]:
 
 def check(argv: Sequence[str]) -> int:
     args = check_parser().parse_args(argv)
-    try:
-        subject = build_subject(SubjectSpec(args.target, args.framework))
-    except LoadError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    adapter = subject.adapter
-    if args.gradients and not adapter.differentiable:
-        print(f"error: --gradients needs autograd, and {args.framework} has none", file=sys.stderr)
-        return 2
-    started = time.perf_counter()
-    try:
+    try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
+        adapter = build_subject(SubjectSpec(args.target, args.framework)).adapter
+        if args.gradients and not adapter.differentiable:
+            print(f"error: --gradients needs autograd, and {args.framework} has none", file=sys.stderr)
+            return 2
+        started = time.perf_counter()
         results = run_check(args)
-    except LoadError as error:  # a worker process could not load it after all
+    except LoadError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     elapsed = time.perf_counter() - started

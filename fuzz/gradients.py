@@ -20,7 +20,7 @@ from fuzz.checks import Verdict, call_safely
 from fuzz.tolerance import error_ratio, gradient_tolerance, tolerance
 from impls.case import Case
 from impls.dtypes import round_to
-from reference import vjp
+from reference import Gradients, complete_cotangents, vjp
 
 COTANGENT_KINDS = ("all outputs", "ratio only", "vectors only", "zero")
 
@@ -44,19 +44,18 @@ def draw_cotangents(data: st.DataObject, case: Case) -> dict[str, np.ndarray]:
     return cotangents
 
 
-def kink_is_undecided(case: Case, cotangents: dict[str, np.ndarray]) -> bool:
+def kink_is_undecided(exact: Gradients, dtype: str, cotangents: dict[str, np.ndarray]) -> bool:
     """True if some |s_i| is non-zero but within its tolerance of 0 while the ratio has a cotangent."""
     if float(cotangents["magnitude_ratio"]) == 0:
         return False
-    from reference import reference
-
-    expected = reference(case.token_log_probs, case.advantages, case.token_mask)
-    tol = tolerance(expected, case.dtype).sequence_summed
+    expected = exact.expected
+    tol = tolerance(expected, dtype).sequence_summed
     summed = np.abs(expected.sequence_summed)
     return bool(((summed > 0) & (summed <= tol)).any())
 
 
-def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray]) -> Verdict:
+def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray], exact: Gradients) -> Verdict:
+    """The subject's VJP for `cotangents` (all three outputs) against `exact`, the reference's."""
     adapter = subject.adapter
     inputs = adapter.materialize(case, requires_grad=True)
     snapshot = adapter.snapshot(inputs)
@@ -66,7 +65,6 @@ def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray])
         return verdict
     _, grad_log_probs, grad_advantages = result
     verdict.failures += adapter.changes(inputs, snapshot)
-    exact = vjp(case.token_log_probs, case.advantages, case.token_mask, cotangents)
     tol = gradient_tolerance(exact, cotangents, case.dtype)
     for name, got, want, bound, shape in (
         ("d token_log_probs", grad_log_probs, exact.token_log_probs, tol.token_log_probs, case.shape),
@@ -104,8 +102,9 @@ def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray])
 
 def gradient_example(subject: Any, case: Case, data: st.DataObject) -> Verdict:
     """One gradient example: draw cotangents, keep off undecided kinks, check the VJP."""
-    cotangents = draw_cotangents(data, case)
-    assume(not kink_is_undecided(case, cotangents))
-    verdict = check_gradients(subject, case, cotangents)
+    cotangents = complete_cotangents(draw_cotangents(data, case), case.shape[0])
+    exact = vjp(case.token_log_probs, case.advantages, case.token_mask, cotangents)
+    assume(not kink_is_undecided(exact, case.dtype, cotangents))
+    verdict = check_gradients(subject, case, cotangents, exact)
     verdict.cotangents = cotangents
     return verdict

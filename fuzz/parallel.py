@@ -11,21 +11,20 @@ from __future__ import annotations
 
 import concurrent.futures
 import multiprocessing
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 
 from fuzz.campaign import CellResult
 from fuzz.cells import CellTask, run_cell
+from impls.cores import usable_cores
 
 WORKER_DIED = ("a worker process died before this cell finished (a crash, an exit or a kill in the function "
                "under test?); run with --jobs 1 to see which cell does it")
 
 
 def default_jobs() -> int:
-    """Two workers where two cores are ours (affinity, not the host's core count), else one."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(2, cores)
+    """Two workers where two cores are ours, else one."""
+    return min(2, usable_cores())
 
 
 def _died(task: CellTask) -> CellResult:

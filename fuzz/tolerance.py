@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from impls.dtypes import accumulation_dtype, smallest_subnormal, unit_roundoff
-from reference import Expected, Gradients
+from reference import Expected, Gradients, complete_cotangents
 
 SAFETY = 2.0
 
@@ -134,9 +134,9 @@ def gradient_tolerance(gradients: Gradients, cotangents: dict[str, np.ndarray], 
     active = counts > 0
     safe_counts = np.maximum(counts, 1)
     batch = len(counts)
-    c_summed = np.abs(np.asarray(cotangents.get("sequence_summed", np.zeros(batch)), dtype=np.float64))
-    c_averaged = np.abs(np.asarray(cotangents.get("token_averaged", np.zeros(batch)), dtype=np.float64))
-    c_ratio = abs(float(cotangents.get("magnitude_ratio", 0.0)))
+    complete = complete_cotangents(cotangents, batch)
+    c_summed, c_averaged = np.abs(complete["sequence_summed"]), np.abs(complete["token_averaged"])
+    c_ratio = abs(float(complete["magnitude_ratio"]))
     terms = c_summed + c_averaged / safe_counts
     propagated = np.zeros(batch)
     if expected.denominator > 0 and c_ratio > 0:

@@ -68,7 +68,7 @@ class Framework:
         """Wait until `value` (any pytree of arrays) is computed; used by benchmarks."""
 
     def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray]) -> tuple[Any, Any, Any]:
-        """(outputs, d token_log_probs, d advantages) for the given float64 cotangents."""
+        """(outputs, d token_log_probs, d advantages) for float64 cotangents of all three outputs."""
         raise NotImplementedError(f"{self.name} has no autograd")
 
 
@@ -239,15 +239,10 @@ class JaxFramework(Framework):
 
     def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray]) -> tuple[Any, Any, Any]:
         log_probs, advantages, mask = inputs
-        batch = log_probs.shape[0]
-        full = {
-            "sequence_summed": cotangents.get("sequence_summed", np.zeros(batch)),
-            "token_averaged": cotangents.get("token_averaged", np.zeros(batch)),
-            "magnitude_ratio": cotangents.get("magnitude_ratio", np.zeros(())),
-        }
         device = next(iter(log_probs.devices()))
-        full = {key: self.jax.device_put(np.asarray(value, dtype=np.float64), device) for key, value in full.items()}
-        outputs, grad_log_probs, grad_advantages = self._jitted_vjp(fn)(log_probs, advantages, mask, full)
+        on_device = {key: self.jax.device_put(np.asarray(value, dtype=np.float64), device)
+                     for key, value in cotangents.items()}
+        outputs, grad_log_probs, grad_advantages = self._jitted_vjp(fn)(log_probs, advantages, mask, on_device)
         return outputs, grad_log_probs, grad_advantages
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reference.forward import Expected, reference
+from reference.forward import OUTPUT_KEYS, Expected, reference
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,13 @@ class Gradients:
     absolute_selected_sums: np.ndarray  # sum_t m_it |l_it|
 
 
+def complete_cotangents(cotangents: dict[str, np.ndarray], batch: int) -> dict[str, np.ndarray]:
+    """A cotangent for each of the three outputs, as float64 arrays of their shapes; a missing one is 0."""
+    shapes = dict(zip(OUTPUT_KEYS, [(batch,), (batch,), ()]))
+    return {key: np.asarray(cotangents[key], dtype=np.float64) if key in cotangents else np.zeros(shape)
+            for key, shape in shapes.items()}
+
+
 def vjp(
     token_log_probs: np.ndarray,
     advantages: np.ndarray,
@@ -42,10 +49,9 @@ def vjp(
 ) -> Gradients:
     """Exact gradients of sum(c_s * s) + sum(c_a * a) + c_R * R; missing cotangents count as 0."""
     expected = reference(token_log_probs, advantages, token_mask)
-    batch = expected.selected_counts.shape[0]
-    c_summed = np.asarray(cotangents.get("sequence_summed", np.zeros(batch)), dtype=np.float64)
-    c_averaged = np.asarray(cotangents.get("token_averaged", np.zeros(batch)), dtype=np.float64)
-    c_ratio = float(cotangents.get("magnitude_ratio", 0.0))
+    complete = complete_cotangents(cotangents, expected.selected_counts.shape[0])
+    c_summed, c_averaged = complete["sequence_summed"], complete["token_averaged"]
+    c_ratio = float(complete["magnitude_ratio"])
     counts = expected.selected_counts
     active = counts > 0
     safe_counts = np.maximum(counts, 1)
