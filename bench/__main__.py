@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pytest-benchmark JSON: {report_json}")
     print(f"plot: {png}" if png else "plot: skipped (matplotlib is not installed)")
     print()
-    cpus = len(os.sched_getaffinity(0))
+    from impls.cores import usable_cores
+
+    cpus = usable_cores()
     print(f"{cpus} CPU(s); load average {load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after "
           f"(other processes' load slows threaded rows most)")
     print(table(records, lambda r: floor_kernel(report, r.device, r.dtype, r.batch, r.tokens)))

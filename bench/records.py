@@ -45,25 +45,36 @@ def _rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+Group = tuple[str, str, int, int]  # (device, dtype, batch, tokens)
+
+
+def _group(row: dict[str, Any]) -> Group:
+    return row["device"], row["dtype"], row["batch"], row["tokens"]
+
+
+def _best_floors(rows: list[dict[str, Any]]) -> dict[Group, dict[str, Any]]:
+    """The fastest floor kernel's row in each group: the floor there."""
+    floors: dict[Group, dict[str, Any]] = {}
+    for row in rows:
+        if row["kind"] == "floor" and (_group(row) not in floors or row["gbps"] > floors[_group(row)]["gbps"]):
+            floors[_group(row)] = row
+    return floors
+
+
 def records_from_report(report: dict[str, Any]) -> list[Record]:
     """Implementation rows with their floor, preceded by one "floor" row per (device, dtype, size):
     the fastest floor kernel there."""
     rows = _rows(report)
-    floors: dict[tuple[str, str, int, int], dict[str, Any]] = {}
-    for row in rows:
-        if row["kind"] == "floor":
-            key = (row["device"], row["dtype"], row["batch"], row["tokens"])
-            if key not in floors or row["gbps"] > floors[key]["gbps"]:
-                floors[key] = row
+    floors = _best_floors(rows)
     records = []
     for row in rows:
         if row["kind"] == "floor":
-            if floors[(row["device"], row["dtype"], row["batch"], row["tokens"])] is not row:
+            if floors[_group(row)] is not row:
                 continue
             name = FLOOR
         else:
             name = row["implementation"]
-        floor = floors.get((row["device"], row["dtype"], row["batch"], row["tokens"]))
+        floor = floors.get(_group(row))
         floor_gbps = floor["gbps"] if floor else None
         records.append(
             Record(
@@ -88,12 +99,7 @@ def load_records(path: Path) -> list[Record]:
 
 def floor_kernel(report: dict[str, Any], device: str, dtype: str, batch: int, tokens: int) -> str | None:
     """Which floor kernel set the floor for a group (for the table's floor row)."""
-    best = None
-    for row in _rows(report):
-        if row["kind"] == "floor" and (row["device"], row["dtype"], row["batch"], row["tokens"]) == (
-            device, dtype, batch, tokens
-        ) and (best is None or row["gbps"] > best["gbps"]):
-            best = row
+    best = _best_floors(_rows(report)).get((device, dtype, batch, tokens))
     return best["implementation"].removeprefix("floor:") if best else None
 
 

@@ -28,8 +28,9 @@ def format_seconds(seconds: float) -> str:
 def table(records: list[Record], floor_kernels: Callable[[Record], str | None] | None = None) -> str:
     """Rows grouped by device, dtype and size, each group's floor first (marked with its kernel)."""
     header = ("implementation", "device", "dtype", "size", "median", "GB/s", "% of floor")
+    ordered = sorted(records, key=_order)
     rows = []
-    for record in sorted(records, key=_order):
+    for record in ordered:
         name = record.implementation
         if name == FLOOR and floor_kernels is not None:
             name = f"floor ({floor_kernels(record)})"
@@ -44,7 +45,7 @@ def table(records: list[Record], floor_kernels: Callable[[Record], str | None] |
 
     lines = [line(header), "  ".join("-" * w for w in widths)]
     previous = None
-    for record, row in zip(sorted(records, key=_order), rows):
+    for record, row in zip(ordered, rows):
         group = (record.device, record.dtype, record.size)
         if previous is not None and group != previous:
             lines.append("")

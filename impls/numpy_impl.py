@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from impls.cores import usable_cores
 from impls.dtypes import dtype_name, numpy_dtype
 from impls.validation import ArrayInfo, validate_inputs
 
@@ -35,10 +36,6 @@ _HIGH_HALF = 1 if sys.byteorder == "little" else 0  # where bfloat16's bits sit 
 _pool: ThreadPoolExecutor | None = None  # made on first use, kept: starting threads per call costs more
 
 
-def _threads() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def _forget_pool() -> None:  # a forked child inherits the pool object but none of its threads
     global _pool
     _pool = None
@@ -51,7 +48,7 @@ if hasattr(os, "register_at_fork"):
 def _thread_pool() -> ThreadPoolExecutor:
     global _pool
     if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=_threads(), thread_name_prefix="numpy-normalize")
+        _pool = ThreadPoolExecutor(max_workers=usable_cores(), thread_name_prefix="numpy-normalize")
     return _pool
 
 
@@ -92,7 +89,7 @@ def _selected_sums(
     sums = np.empty(batch, dtype=accumulate)  # every row is written by exactly one block
     counts = np.empty(batch, dtype=count_dtype)
     rows = max(1, min(batch, BLOCK_ELEMENTS // tokens))
-    workers = min(_threads(), -(-batch // rows)) if batch * tokens >= THREADED_ELEMENTS else 1
+    workers = min(usable_cores(), -(-batch // rows)) if batch * tokens >= THREADED_ELEMENTS else 1
 
     def work(first: int, last: int) -> None:
         scratch = np.empty((rows, tokens), dtype=_UNSIGNED[log_probs.dtype.itemsize])
