@@ -1,5 +1,10 @@
 """Run Hypothesis over one target (an implementation on one device in one dtype) and keep the result:
-examples run, worst err/tol, or the shrunk counterexample with its snippet."""
+examples run, worst err/tol and ulps, and every distinct kind of failure, each shrunk on its own with its
+snippet.
+
+Distinct bugs: each example that fails raises an exception whose type stands for its failure kind (the
+first check that failed), so Hypothesis' report_multiple_bugs tells the kinds apart, shrinks each to its
+own minimal case and reports them simplest first."""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from fuzz.checks import Verdict, check_forward_values
 from fuzz.metamorphic import RELATIONS, check_ratio_bounds, check_relation
 from fuzz.snippet import render_snippet
 from fuzz.strategies import draw_case
-from fuzz.tolerance import gradient_tolerance, tolerance
+from fuzz.tolerance import CONTRACT, Precision, gradient_tolerance, tolerance
 from impls.case import Case
 from impls.frameworks import Framework
 from reference import reference, vjp
@@ -34,12 +39,43 @@ class Subject:
     import_lines: tuple[str, ...]
     function_name: str
     wrap: str | None = None  # "torch.compile" or "jax.jit" when the snippet must wrap the function
+    precision: Precision = CONTRACT  # what it is held to: the contract, or the built-ins' strict promise
 
 
 @dataclass
 class Counterexample(Exception):
     case: Case
     verdict: Verdict
+
+
+_KIND_TYPES: dict[str, type[Counterexample]] = {}
+
+
+def counterexample_of_kind(kind: str) -> type[Counterexample]:
+    """A Counterexample subclass per failure kind: Hypothesis tells bugs apart by exception type and place."""
+    if kind not in _KIND_TYPES:
+        _KIND_TYPES[kind] = type(f"Counterexample[{kind}]", (Counterexample,), {})
+    return _KIND_TYPES[kind]
+
+
+@dataclass
+class Bug:
+    """One distinct kind of failure of a cell, shrunk on its own."""
+
+    kind: str
+    failures: list[str]  # every check that failed on its minimal case
+    case: Case
+    snippet: str
+    traceback: str | None = None
+
+    @property
+    def story(self) -> tuple[tuple[str, object], ...]:
+        return self.case.story
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "failures": self.failures,
+                "counterexample": {k: repr(v) for k, v in self.story} or None,
+                "snippet": self.snippet, "traceback": self.traceback}
 
 
 @dataclass
@@ -50,24 +86,42 @@ class CellResult:
     check: str  # "forward" or "gradients"
     examples: int = 0
     worst: float = 0.0
+    worst_ulps: float = 0.0  # the worst error in units in the last place of the output dtype
     seconds: float = 0.0
     layouts: tuple[str, ...] = ()
-    failures: list[str] = field(default_factory=list)
-    snippet: str | None = None
-    story: tuple[tuple[str, object], ...] = ()
-    traceback: str | None = None
+    bugs: list[Bug] = field(default_factory=list)  # simplest first
+    problems: list[str] = field(default_factory=list)  # failures with no case to show (a worker died)
     applicable: bool = True  # False: e.g. gradients of NumPy, which has no autograd ("n/a")
+    precision: str = CONTRACT.name
 
     @property
     def ok(self) -> bool:
-        return not self.failures
+        return not self.bugs and not self.problems
+
+    @property
+    def failures(self) -> list[str]:
+        """Every failure message: the cell's problems, then each bug's, simplest bug first."""
+        return [*self.problems, *(failure for bug in self.bugs for failure in bug.failures)]
+
+    @property
+    def snippet(self) -> str | None:
+        return self.bugs[0].snippet if self.bugs else None
+
+    @property
+    def story(self) -> tuple[tuple[str, object], ...]:
+        return self.bugs[0].story if self.bugs else ()
+
+    @property
+    def traceback(self) -> str | None:
+        return self.bugs[0].traceback if self.bugs else None
 
     def as_json(self) -> dict[str, Any]:
         return {
             "implementation": self.subject, "device": self.device, "dtype": self.dtype, "check": self.check,
-            "ok": self.ok, "applicable": self.applicable, "examples": self.examples,
-            "worst_error_over_tolerance": self.worst,
+            "ok": self.ok, "applicable": self.applicable, "examples": self.examples, "precision": self.precision,
+            "worst_error_over_tolerance": self.worst, "worst_ulps": self.worst_ulps,
             "seconds": round(self.seconds, 3), "layouts": list(self.layouts), "failures": self.failures,
+            "bugs": [bug.as_json() for bug in self.bugs],
             "counterexample": dict((k, repr(v)) for k, v in self.story) if self.story else None,
             "snippet": self.snippet, "traceback": self.traceback,
         }
@@ -75,21 +129,21 @@ class CellResult:
 
 def check_example(subject: Subject, case: Case, relation: str | None) -> Verdict:
     """Every forward check on one case: reference, structure, inputs, ratio bounds, one relation."""
-    values, verdict = check_forward_values(subject.function, subject.adapter, case)
+    values, verdict = check_forward_values(subject.function, subject.adapter, case, subject.precision)
     if verdict.ok and relation is not None and values is not None:
-        verdict.merge(check_ratio_bounds(case, values))
-        verdict.merge(check_relation(relation, subject.function, subject.adapter, case, values))
+        verdict.merge(check_ratio_bounds(case, values, subject.precision))
+        verdict.merge(check_relation(relation, subject.function, subject.adapter, case, values, subject.precision))
     return verdict
 
 
-def _find_counterexample(error: BaseException) -> Counterexample | None:
+def _counterexamples(error: BaseException) -> list[Counterexample]:
+    """Every Counterexample in what Hypothesis raised (one, a group of distinct bugs, or flaky groups)."""
     if isinstance(error, Counterexample):
-        return error
-    for inner in getattr(error, "exceptions", ()):  # Hypothesis' flaky errors are exception groups
-        found = _find_counterexample(inner)
-        if found:
-            return found
-    return _find_counterexample(error.__cause__) if error.__cause__ else None
+        return [error]
+    found = [inner for group in getattr(error, "exceptions", ()) for inner in _counterexamples(group)]
+    if not found and error.__cause__ is not None:
+        found = _counterexamples(error.__cause__)
+    return found
 
 
 def hypothesis_settings(max_examples: int, *, derandomize: bool = False) -> settings:
@@ -101,7 +155,7 @@ def hypothesis_settings(max_examples: int, *, derandomize: bool = False) -> sett
         verbosity=Verbosity.quiet,
         suppress_health_check=list(HealthCheck),
         phases=(Phase.explicit, Phase.generate, Phase.target, Phase.shrink),
-        report_multiple_bugs=False,
+        report_multiple_bugs=True,
     )
 
 
@@ -117,7 +171,7 @@ def fuzz_cell(
     example_check: Callable[[Subject, Case, Any], Verdict] | None = None,
 ) -> CellResult:
     """Fuzz one (subject, device, dtype) cell; shrink and render the first counterexample found."""
-    result = CellResult(subject.name, device, dtype, check, layouts=tuple(layouts))
+    result = CellResult(subject.name, device, dtype, check, layouts=tuple(layouts), precision=subject.precision.name)
     started = time.perf_counter()
 
     @hypothesis_seed(seed)
@@ -133,31 +187,38 @@ def fuzz_cell(
             verdict = example_check(subject, case, data)
         result.examples += 1
         result.worst = max(result.worst, min(verdict.worst, TARGET_CAP))
+        result.worst_ulps = max(result.worst_ulps, verdict.ulps)
         for label, ratio in verdict.error_ratios.items():
             target(min(ratio, TARGET_CAP), label=label)
         if not verdict.ok:
-            raise Counterexample(verdict.case or case, verdict)
+            raise counterexample_of_kind(verdict.kind)(verdict.case or case, verdict)
 
     try:
         property_holds()
     except Exception as error:
-        found = _find_counterexample(error)
-        if found is None:
+        found = _counterexamples(error)
+        if not found:
             raise
-        case, verdict = found.case, found.verdict
-        expected = reference(case.token_log_probs, case.advantages, case.token_mask)
-        gradient_parts = {}
-        if verdict.cotangents is not None:
-            exact = vjp(case.token_log_probs, case.advantages, case.token_mask, verdict.cotangents)
-            gradient_parts = {"cotangents": verdict.cotangents, "gradients": exact,
-                              "gradient_tol": gradient_tolerance(exact, verdict.cotangents, case.dtype)}
-        result.failures = verdict.failures
-        result.traceback = verdict.traceback
-        result.story = case.story
-        result.snippet = render_snippet(
-            case=case, framework=subject.adapter.name, import_lines=subject.import_lines,
-            function_name=subject.function_name, wrap=subject.wrap, expected=expected,
-            tol=tolerance(expected, case.dtype), failures=verdict.failures, **gradient_parts,
-        )
+        kinds = dict.fromkeys(found_one.verdict.kind for found_one in found)  # Hypothesis' order: simplest first
+        result.bugs = [_bug(subject, next(f for f in found if f.verdict.kind == kind)) for kind in kinds]
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _bug(subject: Subject, found: Counterexample) -> Bug:
+    """A shrunk counterexample as a reported bug, with the snippet that reproduces it."""
+    case, verdict = found.case, found.verdict
+    expected = reference(case.token_log_probs, case.advantages, case.token_mask)
+    gradient_parts = {}
+    if verdict.cotangents is not None:
+        exact = vjp(case.token_log_probs, case.advantages, case.token_mask, verdict.cotangents)
+        gradient_parts = {"cotangents": verdict.cotangents, "gradients": exact,
+                          "gradient_tol": gradient_tolerance(exact, verdict.cotangents, case.dtype,
+                                                             subject.precision)}
+    failures = [str(failure) for failure in verdict.failures]
+    snippet = render_snippet(
+        case=case, framework=subject.adapter.name, import_lines=subject.import_lines,
+        function_name=subject.function_name, wrap=subject.wrap, expected=expected,
+        tol=tolerance(expected, case.dtype, subject.precision), failures=failures, **gradient_parts,
+    )
+    return Bug(verdict.kind, failures, case, snippet, verdict.traceback)

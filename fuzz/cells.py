@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from fuzz.campaign import CellResult, Subject, fuzz_cell
 from fuzz.gradients import gradient_example
 from fuzz.loader import LoadError, load_target
+from fuzz.tolerance import CONTRACT, PRECISIONS, STRICT
 from impls.registry import Implementation, get_implementation
 
 FRAMEWORK_CHOICES = ("torch", "torch-compile", "jax", "numpy")
@@ -17,20 +18,24 @@ FRAMEWORK_CHOICES = ("torch", "torch-compile", "jax", "numpy")
 
 @dataclass(frozen=True)
 class SubjectSpec:
-    """A built-in (`framework` None) or a user's `TARGET` with its `--framework`."""
+    """A built-in (`framework` None) or a user's `TARGET` with its `--framework`, and the precision it is
+    held to (a name from fuzz.tolerance.PRECISIONS)."""
 
     name: str
     framework: str | None = None
+    precision: str = CONTRACT.name
 
 
 def subject_for(implementation: Implementation) -> Subject:
-    """A built-in implementation as a fuzzing subject (its snippet imports it from this checkout)."""
+    """A built-in implementation as a fuzzing subject, held to the built-ins' strict promise (its snippet
+    imports it from this checkout)."""
     function = implementation.function
     return Subject(implementation.name, function, implementation.adapter,
-                   (f"from {function.__module__} import {function.__name__}",), function.__name__)
+                   (f"from {function.__module__} import {function.__name__}",), function.__name__,
+                   precision=STRICT)
 
 
-def check_subject(target_spec: str, framework: str) -> Subject:
+def check_subject(target_spec: str, framework: str, precision: str = CONTRACT.name) -> Subject:
     """The user's function as a fuzzing subject; raises LoadError for anything that stops it loading."""
     target = load_target(target_spec)
     from impls.frameworks import load_framework
@@ -42,7 +47,8 @@ def check_subject(target_spec: str, framework: str) -> Subject:
         raise LoadError(f"framework {adapter_name} is unavailable here: {type(error).__name__}: {error}") from error
     wrap = {"torch-compile": "torch.compile", "jax": "jax.jit"}.get(framework)
     function = adapter.compile(target.function) if wrap else target.function
-    return Subject(target_spec, function, adapter, target.import_lines, target.function_name, wrap=wrap)
+    return Subject(target_spec, function, adapter, target.import_lines, target.function_name, wrap=wrap,
+                   precision=PRECISIONS[precision])
 
 
 _BUILT: dict[SubjectSpec, Subject] = {}
@@ -52,7 +58,7 @@ def build_subject(spec: SubjectSpec) -> Subject:
     """The subject a spec names, built once per process (a compiled function keeps its compiled graphs)."""
     if spec not in _BUILT:
         _BUILT[spec] = (subject_for(get_implementation(spec.name)) if spec.framework is None
-                        else check_subject(spec.name, spec.framework))
+                        else check_subject(spec.name, spec.framework, spec.precision))
     return _BUILT[spec]
 
 
@@ -90,7 +96,8 @@ def run_cell(task: CellTask) -> CellResult:
     cell = fuzz_cell(subject, dtype=task.dtype, device=task.device, layouts=subject.adapter.layouts,
                      max_examples=task.examples, seed=task.seed, check=task.check,
                      example_check=gradient_example if task.check == "gradients" else None)
-    status = "ok" if cell.ok else "FAIL"
+    status = "ok" if cell.ok else f"FAIL ({len(cell.bugs)} distinct)"
     print(f"  {task.check} of {subject.name} on {task.device} in {task.dtype}: {status}, {cell.examples} examples, "
-          f"worst err/tol {cell.worst:.3g}, {cell.seconds:.1f} s", file=sys.stderr, flush=True)
+          f"worst err/tol {cell.worst:.3g}, {cell.worst_ulps:.3g} ulp, {cell.seconds:.1f} s",
+          file=sys.stderr, flush=True)
     return cell

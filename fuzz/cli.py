@@ -14,6 +14,7 @@ from fuzz.cells import FRAMEWORK_CHOICES, CellTask, SubjectSpec, build_subject, 
 from fuzz.loader import LoadError
 from fuzz.parallel import default_jobs, run_cells
 from fuzz.report import render_failures, render_matrix, write_json
+from fuzz.tolerance import CONTRACT, PRECISIONS
 from impls.dtypes import DTYPE_NAMES
 from impls.registry import BUILTIN_NAMES, get_implementation
 
@@ -87,6 +88,10 @@ def check_parser() -> argparse.ArgumentParser:
     _common_options(parser, default_examples=40)
     parser.add_argument("--gradients", action="store_true",
                         help="also fuzz the backward pass (torch autograd / jax.vjp) against the exact VJP")
+    parser.add_argument("--precision", choices=tuple(PRECISIONS), default=CONTRACT.name,
+                        help="contract (default): sums in at least float32, elementwise steps may round in the "
+                        "input dtype a counted number of times; strict: the built-ins' promise, round once to "
+                        "the output dtype (docs/tolerance.md)")
     parser.add_argument("--fail-fast", action="store_true",
                         help="stop at the first failing cell to finish instead of filling the whole matrix")
     return parser
@@ -139,7 +144,7 @@ def campaign(argv: Sequence[str]) -> int:
 def check_tasks(args: argparse.Namespace) -> list[CellTask]:
     """The cells of one `check`: every device of the framework (or --devices), every dtype asked for.
     Raises LoadError when the target does not load."""
-    spec = SubjectSpec(args.target, args.framework)
+    spec = SubjectSpec(args.target, args.framework, args.precision)
     devices = build_subject(spec).adapter.devices()
     return plan_cells([(spec, devices)], args.dtypes, args.devices, args.max_examples, args.seed,
                       args.gradients, _gradient_examples(args))
@@ -153,7 +158,7 @@ def run_check(args: argparse.Namespace) -> list[CellResult]:
 def check(argv: Sequence[str]) -> int:
     args = check_parser().parse_args(argv)
     try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
-        adapter = build_subject(SubjectSpec(args.target, args.framework)).adapter
+        adapter = build_subject(SubjectSpec(args.target, args.framework, args.precision)).adapter
         if args.gradients and not adapter.differentiable:
             print(f"error: --gradients needs autograd, and {args.framework} has none", file=sys.stderr)
             return 2

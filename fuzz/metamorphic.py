@@ -11,45 +11,60 @@ import numpy as np
 
 from fuzz.checks import Verdict, check_forward_values
 from fuzz.strategies import next_token_size
-from fuzz.tolerance import Tolerance, error_ratio, tolerance
+from fuzz.tolerance import CONTRACT, Precision, Tolerance, error_ratio, tolerance
 from impls.case import Case
 from impls.frameworks import Framework
 from reference import reference
 
 RELATIONS: tuple[str, ...] = ("pad with masked columns", "permute rows", "split the batch", "scale advantages")
 PADDING_VALUE = -3.5  # finite in every dtype; masked out, so it must change nothing
+RATIO_BOUNDS = "ratio outside [1, max n_i]"
+
+
+def relation_kind(relation: str) -> str:
+    """The failure kind of a relation that does not hold: each relation is a distinct bug."""
+    return f"relation '{relation}' broken"
 
 
 def _compare(name: str, got: np.ndarray, want: np.ndarray, tol: np.ndarray) -> Verdict:
     ratios = error_ratio(got, want, tol)
     verdict = Verdict(error_ratios={name: float(np.max(ratios, initial=0.0))})
     if verdict.error_ratios[name] > 1:
-        verdict.failures.append(
+        verdict.fail(
+            relation_kind(name.split(":")[0].split(" by ")[0]),
             f"{name}: {np.array2string(np.asarray(got), threshold=6)} != "
             f"{np.array2string(np.asarray(want), threshold=6)} (err/tol = {verdict.error_ratios[name]:.3g})"
         )
     return verdict
 
 
-def _tolerance(case: Case) -> Tolerance:
-    return tolerance(reference(case.token_log_probs, case.advantages, case.token_mask), case.dtype)
-
-
-def _run(fn: Callable[..., Any], adapter: Framework, case: Case, relation: str) -> tuple[Any, Verdict]:
+def _second_call(fn: Callable[..., Any], adapter: Framework, case: Case, relation: str,
+                 precision: Precision) -> tuple[Any, Verdict]:
     """The second call of a relation. If it fails on its own, against the reference, that transformed case
-    is the one to report: its snippet then reproduces the failure without the first call."""
-    values, verdict = check_forward_values(fn, adapter, case)
+    is the one to report: its snippet then reproduces the failure without the first call (and it is the
+    same kind of failure as a direct one, so the report shows it once)."""
+    values, second = check_forward_values(fn, adapter, case, precision)
+    verdict = Verdict()
+    verdict.merge(second, prefix=f"{relation} (second call): ")
     if not verdict.ok:
         verdict.case = case.with_(story=(*case.story, ("derived by", relation)))
-    verdict.failures = [f"{relation} (second call): {failure}" for failure in verdict.failures]
     return values, verdict
 
 
 def check_relation(
-    relation: str, fn: Callable[..., Any], adapter: Framework, case: Case, values: dict[str, np.ndarray]
+    relation: str, fn: Callable[..., Any], adapter: Framework, case: Case, values: dict[str, np.ndarray],
+    precision: Precision = CONTRACT,
 ) -> Verdict:
     """Check one relation between `values` (fn on `case`) and fn on a transformed case."""
     batch, tokens = case.shape
+
+    def _tolerance(some_case: Case) -> Tolerance:
+        exact = reference(some_case.token_log_probs, some_case.advantages, some_case.token_mask)
+        return tolerance(exact, some_case.dtype, precision)
+
+    def _run(some_case: Case) -> tuple[Any, Verdict]:
+        return _second_call(fn, adapter, some_case, relation, precision)
+
     tol = _tolerance(case)
     verdict = Verdict()
     if relation == "pad with masked columns":
@@ -58,7 +73,7 @@ def check_relation(
             token_log_probs=np.hstack([case.token_log_probs, np.full((batch, extra), PADDING_VALUE)]),
             token_mask=np.hstack([case.token_mask, np.zeros((batch, extra), bool)]),
         )
-        second, run_verdict = _run(fn, adapter, padded, relation)
+        second, run_verdict = _run(padded)
         verdict.merge(run_verdict)
         if second is not None:
             for key, got in second.items():
@@ -70,7 +85,7 @@ def check_relation(
             token_log_probs=case.token_log_probs[order], advantages=case.advantages[order],
             token_mask=case.token_mask[order],
         )
-        second, run_verdict = _run(fn, adapter, permuted, relation)
+        second, run_verdict = _run(permuted)
         verdict.merge(run_verdict)
         if second is not None:
             tol_second = _tolerance(permuted)
@@ -89,7 +104,7 @@ def check_relation(
         for rows in (slice(0, half), slice(half, batch)):
             part = case.with_(token_log_probs=case.token_log_probs[rows], advantages=case.advantages[rows],
                               token_mask=case.token_mask[rows])
-            second, run_verdict = _run(fn, adapter, part, relation)
+            second, run_verdict = _run(part)
             verdict.merge(run_verdict)
             if second is None:
                 return verdict
@@ -107,7 +122,7 @@ def check_relation(
     if relation == "scale advantages":
         for factor in (2.0, -1.0):  # powers of two: exact, and within the magnitude bound's headroom
             scaled = case.with_(advantages=case.advantages * factor)
-            second, run_verdict = _run(fn, adapter, scaled, relation)
+            second, run_verdict = _run(scaled)
             verdict.merge(run_verdict)
             if second is None:
                 return verdict
@@ -122,15 +137,15 @@ def check_relation(
     raise ValueError(f"unknown relation {relation!r}")
 
 
-def check_ratio_bounds(case: Case, values: dict[str, np.ndarray]) -> Verdict:
+def check_ratio_bounds(case: Case, values: dict[str, np.ndarray], precision: Precision = CONTRACT) -> Verdict:
     """When the exact denominator is positive, 1 <= R <= max n_i, within tolerance."""
     expected = reference(case.token_log_probs, case.advantages, case.token_mask)
     verdict = Verdict()
     if expected.denominator == 0:
         return verdict
-    tol = float(tolerance(expected, case.dtype).magnitude_ratio)
+    tol = float(tolerance(expected, case.dtype, precision).magnitude_ratio)
     ratio = float(values["magnitude_ratio"])
     upper = float(expected.selected_counts.max())
     if not (1 - tol <= ratio <= upper + tol):
-        verdict.failures.append(f"magnitude_ratio = {ratio!r} is outside [1, max n_i = {upper:g}] (tol {tol:.3g})")
+        verdict.fail(RATIO_BOUNDS, f"magnitude_ratio = {ratio!r} is outside [1, max n_i = {upper:g}] (tol {tol:.3g})")
     return verdict

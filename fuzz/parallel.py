@@ -28,7 +28,7 @@ def default_jobs() -> int:
 
 
 def _died(task: CellTask) -> CellResult:
-    return CellResult(task.subject.name, task.device, task.dtype, task.check, failures=[WORKER_DIED])
+    return CellResult(task.subject.name, task.device, task.dtype, task.check, problems=[WORKER_DIED])
 
 
 def run_cells(tasks: Sequence[CellTask], *, jobs: int, fail_fast: bool = False,

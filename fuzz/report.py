@@ -8,12 +8,16 @@ from collections.abc import Sequence
 from fuzz.campaign import CellResult
 
 
+def _ulps(value: float) -> str:
+    return "inf ulp" if value == float("inf") else f"{value:.3g} ulp"
+
+
 def _cell_text(cell: CellResult | None) -> str:
     if cell is None or not cell.applicable:
         return "n/a"
     if not cell.ok:
-        return "FAIL"
-    return f"{cell.examples} ex, {cell.worst:.2f}"
+        return "FAIL" + (f" ({len(cell.bugs)} bugs)" if len(cell.bugs) > 1 else "")
+    return f"{cell.examples} ex, {cell.worst:.2f}, {_ulps(cell.worst_ulps)}"
 
 
 def render_matrix(results: Sequence[CellResult], dtypes: Sequence[str], notes: dict[str, str]) -> str:
@@ -33,28 +37,35 @@ def render_matrix(results: Sequence[CellResult], dtypes: Sequence[str], notes: d
         lines.append("  ".join(text.ljust(width) for text, width in zip(row, widths)) + "  " + row[-1])
         if index == 0:
             lines.append("  ".join("-" * width for width in widths) + "  " + "-" * 7)
-    lines.append("cells: examples run, worst error/tolerance over all checks (<= 1 conforms); n/a: not applicable")
+    precisions = sorted({cell.precision for cell in results if cell.applicable})
+    lines.append("cells: examples run, worst error/tolerance over all checks (<= 1 conforms), worst error in "
+                 "units in the last place of the output dtype; n/a: not applicable; precision: "
+                 + ", ".join(precisions))
     return "\n".join(lines)
 
 
 def render_failures(results: Sequence[CellResult]) -> str:
-    """Every failure with its minimal case; the traceback and snippet of the first one in full."""
-    parts = []
+    """Every distinct bug of every failing cell with its minimal case; the traceback and snippet in full the
+    first time a kind of bug shows, a one-line reference after that (all snippets are in the JSON)."""
+    parts, shown = [], set()
     for cell in results:
-        if cell.ok:
-            continue
-        if parts:
-            parts.append(f"\n=== FAIL {cell.subject} on {cell.device}, {cell.dtype}, {cell.check}: "
-                         + "; ".join(cell.failures) + " (snippet in the JSON report)")
-            continue
-        story = ", ".join(f"{label}={value!r}" for label, value in cell.story if label != "seed")
-        parts.append(
-            f"\n=== FAIL {cell.subject} on {cell.device}, {cell.dtype}, {cell.check} ===\n"
-            + "\n".join(f"  - {failure}" for failure in cell.failures)
-            + (f"\n  minimal case: {story}" if story else "")
-            + (f"\n  traceback:\n{cell.traceback}" if cell.traceback else "")
-            + ("\n  reproduce with this snippet:\n\n" + cell.snippet if cell.snippet else "")
-        )
+        where = f"{cell.subject} on {cell.device}, {cell.dtype}, {cell.check}"
+        for problem in cell.problems:
+            parts.append(f"\n=== FAIL {where}: {problem}")
+        for number, bug in enumerate(cell.bugs, 1):
+            title = f"{where}: {bug.kind}" + (f" (bug {number} of {len(cell.bugs)})" if len(cell.bugs) > 1 else "")
+            if (bug.kind, cell.check) in shown:
+                parts.append(f"\n=== FAIL {title}: " + "; ".join(bug.failures) + " (snippet in the JSON report)")
+                continue
+            shown.add((bug.kind, cell.check))
+            story = ", ".join(f"{label}={value!r}" for label, value in bug.story if label != "seed")
+            parts.append(
+                f"\n=== FAIL {title} ===\n"
+                + "\n".join(f"  - {failure}" for failure in bug.failures)
+                + (f"\n  minimal case: {story}" if story else "")
+                + (f"\n  traceback:\n{bug.traceback}" if bug.traceback else "")
+                + "\n  reproduce with this snippet:\n\n" + bug.snippet
+            )
     return "\n".join(parts)
 
 

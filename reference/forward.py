@@ -27,6 +27,7 @@ class Expected:
     sequence_summed: np.ndarray  # (batch,)
     token_averaged: np.ndarray  # (batch,)
     magnitude_ratio: np.ndarray  # ()
+    advantages: np.ndarray  # (batch,) A_i: the error model scales underflow and gradients with it
     selected_counts: np.ndarray  # (batch,) int64, n_i
     selected_sums: np.ndarray  # (batch,) sum_t m_it l_it, correctly rounded
     absolute_row_sums: np.ndarray  # (batch,) sum_t m_it |A_i l_it|: the scale of the summation error
@@ -82,6 +83,7 @@ def reference(token_log_probs: np.ndarray, advantages: np.ndarray, token_mask: n
         sequence_summed=summed,
         token_averaged=averaged,
         magnitude_ratio=np.array(ratio, dtype=np.float64),
+        advantages=adv,
         selected_counts=counts,
         selected_sums=sums,
         absolute_row_sums=abs_row_sums,

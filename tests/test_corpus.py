@@ -1,6 +1,6 @@
 """The suite tests itself: `check` with its default budget rejects every bug of the public corpus
-(tests/corpus/) and accepts every correct formulation; gradient bugs pass the forward check and fail
-`--gradients`."""
+(tests/corpus/), and accepts every correct formulation at 10 times that budget (correct code must pass at
+any budget); gradient bugs pass the forward check and fail `--gradients`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fuzz.cli import check_parser, run_check
+from fuzz.gradients import GRADIENT_OVERFLOW
 
 CORPUS = Path(__file__).parent / "corpus"
 FRAMEWORKS = {"torch", "torch-compile", "jax", "numpy"}
@@ -27,18 +28,20 @@ def _metadata(path: Path) -> dict[str, str]:
 
 ENTRIES = sorted((path, _metadata(path)) for path in CORPUS.glob("*.py") if path.name != "__init__.py")
 FUNCTION = "loss_normalization"
+# 10x the default budget (40 forward, 20 gradient examples per cell): no correct formulation may sit so near
+# the tolerance that a longer run would flag it.
+ACCEPT_BUDGET = ("--max-examples", "400", "--gradient-examples", "200")
 
 
 def _param(path: Path, meta: dict[str, str]):
-    # The full default-budget runs of compiled correct code are the longest tests (torch.compile with
-    # gradients: ~20 graphs per dtype, under 3 minutes cold): start them first so no worker ends on one.
-    compiled = meta.get("FRAMEWORK") in ("torch-compile", "jax") and meta.get("EXPECT") != "reject"
-    return pytest.param(path, meta, id=path.stem, marks=[pytest.mark.long] if compiled else [])
+    # The 10x runs of correct code are the longest tests (compiled ones most: torch.compile with gradients
+    # compiles ~20 graphs per dtype): start them first so no worker ends on one.
+    return pytest.param(path, meta, id=path.stem, marks=[pytest.mark.long] if meta.get("EXPECT") == "accept" else [])
 
 
 def _run_check(path: Path, framework: str, *options: str):
-    """`python -m fuzz check PATH:loss_normalization --framework F [options]`, default budget, in-process
-    (pytest-xdist already spreads the tests over the cores)."""
+    """`python -m fuzz check PATH:loss_normalization --framework F [options]`, in-process (pytest-xdist
+    already spreads the tests over the cores)."""
     args = check_parser().parse_args([f"{path}:{FUNCTION}", "--framework", framework, "--jobs", "1", *options])
     return run_check(args)
 
@@ -62,8 +65,11 @@ def test_check_tells_bugs_from_correct_code(path, meta):
         failing = next(cell for cell in cells if not cell.ok)
         assert failing.snippet and "token_log_probs =" in failing.snippet
     elif expect == "accept":
-        cells = _run_check(path, framework, *(["--gradients"] if differentiable else []))
-        failures = [(c.dtype, c.check, c.failures, c.traceback) for c in cells if not c.ok]
+        cells = _run_check(path, framework, *ACCEPT_BUDGET, *(["--gradients"] if differentiable else []))
+        # A half-precision backward that overflows is the dtype's limit, not a bug of the formula: it is reported
+        # as an overflow (with the advice to compute the ratio in float32), the one failure correct code may show.
+        failures = [(c.dtype, c.check, c.failures, c.traceback) for c in cells
+                    if c.problems or any(bug.kind != GRADIENT_OVERFLOW for bug in c.bugs)]
         assert not failures, f"{path.name} is correct but was rejected: {failures}"
     elif expect == "reject-gradients":
         cells = _run_check(path, framework, "--gradients", "--fail-fast")  # all forward cells come first

@@ -1,11 +1,12 @@
-"""The tolerance model: tight enough to catch a 2**-12 relative bias, loose enough for every correct
-formulation (any summation order, float64 upcast, a per-row loop, cumsum)."""
+"""The tolerance model: tight enough to catch a 2**-12 relative bias and half-precision running sums, loose
+enough for every correct formulation (any summation order, float64 upcast, a per-row loop, cumsum, and under
+the contract, elementwise steps rounded in the input dtype)."""
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from fuzz.tolerance import error_ratio, gamma, tolerance
+from fuzz.tolerance import CONTRACT, STRICT, error_ratio, gamma, tolerance, ulp_error
 from impls.dtypes import numpy_dtype, round_to
 from reference import reference
 
@@ -89,3 +90,106 @@ def test_half_running_sums_are_caught():
 def test_gamma():
     assert gamma(1, 2.0 ** -24) == pytest.approx(2.0 ** -24)
     assert gamma(10**9, 2.0 ** -8) == np.inf
+
+
+# --- The contract's precision: elementwise steps rounded in the input dtype (docs/tolerance.md) ---------
+
+def _rounded_steps(lp, adv, mask, dtype, *, mean_first=False, per_token_product=False, manual_means=False):
+    """Emulate code that keeps the input dtype: sums accumulate in float32 (float64 for float64) and are
+    rounded to the dtype; every elementwise step rounds to the dtype."""
+    acc = np.float64 if dtype == "float64" else np.float32
+
+    def r(x):
+        return round_to(np.asarray(x, dtype=np.float64), dtype)
+
+    selected = np.where(mask, lp, 0.0)
+    if per_token_product:
+        row_sum = None
+        summed = r((r(adv[:, None] * selected)).astype(acc).sum(1, dtype=acc))
+    else:
+        row_sum = r(selected.astype(acc).sum(1, dtype=acc))
+        summed = r(adv * row_sum)
+    count = r(np.maximum(mask.sum(1), 1))
+    averaged = r(adv * r(row_sum / count)) if mean_first and row_sum is not None else r(summed / count)
+    numerator = r(np.abs(summed).astype(acc).sum(dtype=acc))
+    denominator = r(np.abs(averaged).astype(acc).sum(dtype=acc))
+    if manual_means:
+        numerator, denominator = r(numerator / len(lp)), r(denominator / len(lp))
+    ratio = r(numerator / denominator) if denominator > 0 else np.float64(0.0)
+    return {"sequence_summed": summed, "token_averaged": averaged, "magnitude_ratio": np.asarray(ratio)}
+
+
+VARIANTS = {
+    "plain": {}, "mean first": {"mean_first": True}, "per-token product": {"per_token_product": True},
+    "hand-written means": {"manual_means": True},
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_the_contract_admits_code_that_keeps_the_input_dtype(dtype, variant):
+    worst = 0.0
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        tokens = int(rng.choice([3, 16, 300, 1031]))
+        lp, adv, mask = _inputs(seed, dtype, batch=8, tokens=tokens)
+        # log-probs near powers of two make roundings land near their worst
+        lp = round_to(np.where(rng.random(lp.shape) < 0.5, -np.exp2(rng.integers(-3, 3, lp.shape)) * 1.0039, lp), dtype)
+        expected = reference(lp, adv, mask)
+        tol = tolerance(expected, dtype, CONTRACT)
+        got = _rounded_steps(lp, adv, mask, dtype, **VARIANTS[variant])
+        for key, want in expected.outputs().items():
+            worst = max(worst, float(error_ratio(got[key], want, tol.as_dict()[key]).max(initial=0)))
+    assert worst <= 1, worst
+
+
+def test_the_strict_promise_is_stricter_than_the_contract():
+    """Rounding the average four times passes the contract and fails the built-ins' one-rounding promise."""
+    strict_failures = 0
+    for seed in range(40):
+        lp, adv, mask = _inputs(seed, "bfloat16", batch=16, tokens=300)
+        expected = reference(lp, adv, mask)
+        got = _rounded_steps(lp, adv, mask, "bfloat16")
+        contract = tolerance(expected, "bfloat16", CONTRACT).token_averaged
+        strict = tolerance(expected, "bfloat16", STRICT).token_averaged
+        assert error_ratio(got["token_averaged"], expected.token_averaged, contract).max() <= 1
+        strict_failures += error_ratio(got["token_averaged"], expected.token_averaged, strict).max() > 1
+    assert strict_failures > 0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_running_sum_over_rows_of_16_tokens_is_caught(dtype):
+    """The contract allows rounding the row sum once, not at every token: a running sum in the input dtype
+    over 16 tokens leaves it in a good share of rows (a batch of 8 such rows is caught most of the time)."""
+    rng = np.random.default_rng(0)
+    rows = 400
+    lp = round_to(-rng.exponential(1.0, (rows, 16)) * rng.choice([0.05, 1.0, 8.0], (rows, 1)), dtype)
+    adv, mask = np.ones(rows), np.ones((rows, 16), bool)
+    running = np.zeros(rows)
+    for t in range(16):
+        running = round_to(running + lp[:, t], dtype)
+    expected = reference(lp, adv, mask)
+    caught = error_ratio(running, expected.sequence_summed, tolerance(expected, dtype).sequence_summed) > 1
+    assert caught.mean() > 0.03, caught.mean()
+
+
+def test_a_count_rounded_by_a_half_running_sum_is_caught():
+    lp, adv, mask = -np.ones((1, 300)), np.ones(1), np.ones((1, 300), bool)
+    expected = reference(lp, adv, mask)
+    stuck_count = 256.0  # bf16: 256 + 1 rounds back to 256
+    averaged = np.array([-300.0 / stuck_count])
+    assert error_ratio(averaged, expected.token_averaged, tolerance(expected, "bfloat16").token_averaged)[0] > 1
+
+
+def test_an_epsilon_in_a_float64_denominator_is_caught():
+    lp, adv, mask = -np.ones((1, 1)), np.ones(1), np.ones((1, 1), bool)
+    expected = reference(lp, adv, mask)
+    averaged = np.array([-1.0 / (1 + 1e-8)])
+    assert error_ratio(averaged, expected.token_averaged, tolerance(expected, "float64").token_averaged)[0] > 1
+
+
+def test_ulps_count_at_the_exact_value_or_the_working_magnitude():
+    assert ulp_error(np.array([1.0 + 2.0**-7]), np.array([1.0]), "bfloat16")[0] == 1.0
+    assert ulp_error(np.array([1.0 + 2.0**-24]), np.array([1.0]), "float32")[0] == 0.5
+    assert ulp_error(np.array([2.0**-7]), np.array([0.0]), "bfloat16", 1.0)[0] == 1.0
+    assert ulp_error(np.array([np.nan]), np.array([0.0]), "float32")[0] == np.inf

@@ -1,0 +1,109 @@
+"""Every distinct bug of a cell in one report, each shrunk on its own with a snippet that reproduces it; and
+the gradient verdicts at the edges of half precision: overflow reported as overflow, any subgradient of |x|
+accepted at its kink."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fuzz.campaign import Subject
+from fuzz.cli import check_parser, run_check
+from fuzz.gradients import GRADIENT_OVERFLOW, check_gradients
+from impls.case import Case
+from impls.dtypes import round_to
+from reference import complete_cotangents, vjp
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TWO_BUGS = """
+    import torch
+
+    def normalize(token_log_probs, advantages, token_mask):
+        selected = (token_log_probs * token_mask).sum()  # multiplies -inf padding by 0, and sums the whole batch
+        s = advantages * selected
+        a = s / token_mask.sum(dim=-1).clamp(min=1).to(s.dtype)
+        d = a.abs().sum()
+        r = torch.where(d > 0, s.abs().sum() / torch.where(d > 0, d, torch.ones_like(d)), torch.zeros_like(d))
+        return {"sequence_summed": s, "token_averaged": a, "magnitude_ratio": r}
+"""
+
+
+def test_two_bugs_are_both_reported_each_with_a_snippet_that_reproduces_it(tmp_path):
+    path = tmp_path / "two_bugs.py"
+    path.write_text(textwrap.dedent(TWO_BUGS))
+    args = check_parser().parse_args([f"{path}:normalize", "--framework", "torch", "--dtypes", "float32",
+                                      "--jobs", "1"])
+    (cell,) = run_check(args)
+    kinds = [bug.kind for bug in cell.bugs]
+    assert set(kinds) == {"non-finite output", "sequence_summed out of tolerance"}, kinds
+    for bug in cell.bugs:
+        script = tmp_path / "snippet.py"
+        script.write_text(bug.snippet)
+        run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
+                             timeout=120)
+        assert run.returncode != 0 and "AssertionError" in run.stderr, (bug.kind, run.stderr[-2000:])
+    summed = next(bug for bug in cell.bugs if bug.kind == "sequence_summed out of tolerance")
+    assert summed.case.shape[0] >= 2  # the batch-wide sum only shows with two rows or more
+
+
+def _plain_half_precision():
+    import torch
+
+    def plain(token_log_probs, advantages, token_mask):
+        s = advantages * torch.where(token_mask, token_log_probs, torch.zeros_like(token_log_probs)).sum(dim=-1)
+        a = s / token_mask.sum(dim=-1).clamp(min=1).to(s.dtype)
+        n, d = s.abs().sum(), a.abs().sum()
+        r = torch.where(d > 0, n / torch.where(d > 0, d, torch.ones_like(d)), torch.zeros_like(d))
+        return {"sequence_summed": s, "token_averaged": a, "magnitude_ratio": r}
+
+    return plain
+
+
+def _subject(function, framework: str) -> Subject:
+    from impls.frameworks import load_framework
+
+    return Subject("test", function, load_framework(framework), (), "f")
+
+
+def test_a_float16_backward_that_overflows_is_reported_as_an_overflow():
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    lp = round_to(-rng.uniform(0.001, 0.01, (1, 512)), "float16")
+    case = Case(lp, np.array([round_to(0.01, "float16")]), np.ones((1, 512), bool), dtype="float16")
+    cotangents = complete_cotangents({"magnitude_ratio": np.array(1.0)}, 1)
+    exact = vjp(case.token_log_probs, case.advantages, case.token_mask, cotangents)
+    verdict = check_gradients(_subject(_plain_half_precision(), "torch"), case, cotangents, exact)
+    assert verdict.kind == GRADIENT_OVERFLOW, verdict.failures
+    assert "overflowed float16" in str(verdict.failures[0]) and "float32" in str(verdict.failures[0])
+    # the same code in bfloat16, whose range is float32's, conforms
+    case16 = case.with_(dtype="bfloat16", token_log_probs=round_to(lp, "bfloat16"),
+                        advantages=round_to(case.advantages, "bfloat16"))
+    exact16 = vjp(case16.token_log_probs, case16.advantages, case16.token_mask, cotangents)
+    assert check_gradients(_subject(_plain_half_precision(), "torch"), case16, cotangents, exact16).ok
+
+
+def test_any_subgradient_of_abs_at_its_kink_is_accepted():
+    """jnp.abs differentiates to 1 at 0, torch.abs to 0: a row with A_i = 0 takes either."""
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    def port(token_log_probs, advantages, token_mask):
+        s = advantages.astype(jnp.float32) * jnp.sum(jnp.where(token_mask, token_log_probs, 0), -1, dtype=jnp.float32)
+        a = s / jnp.maximum(token_mask.sum(-1), 1).astype(jnp.float32)
+        d = jnp.sum(jnp.abs(a))
+        r = jnp.where(d > 0, jnp.sum(jnp.abs(s)) / jnp.where(d > 0, d, 1.0), 0.0)
+        return {"sequence_summed": s, "token_averaged": a, "magnitude_ratio": r}
+
+    # row 0 has s_0 = 0 exactly; with n_0 = 3 != R = 1 its ratio terms do not cancel, so the subgradient matters
+    case = Case(np.array([[-1.0, -2.0, -3.0], [-3.0, -4.0, -5.0]]), np.array([0.0, 2.0]),
+                np.array([[True, True, True], [True, False, False]]))
+    cotangents = complete_cotangents({"magnitude_ratio": np.array(1.0)}, 2)
+    exact = vjp(case.token_log_probs, case.advantages, case.token_mask, cotangents)
+    verdict = check_gradients(_subject(port, "jax"), case, cotangents, exact)
+    assert verdict.ok, verdict.failures
