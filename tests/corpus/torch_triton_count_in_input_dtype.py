@@ -24,10 +24,11 @@ def _row_sums(lp, lp_row_stride, lp_token_stride, mask, mask_row_stride, mask_to
     tl.store(sums + rows, tl.reduce(total, 1, tl.standard._sum_combine), mask=inside)
     # The count, wrong: one token per step, the running count rounded to the input's element type at every step.
     count = tl.full([ROWS], 0, tl.float32).to(lp.dtype.element_ty)
-    mask_rows = mask + rows * mask_row_stride
-    for t in range(0, tokens):
-        step = tl.load(mask_rows + t * mask_token_stride, mask=inside, other=0).to(tl.float32)
+    mask_column = mask + rows * mask_row_stride
+    for _ in range(0, tokens):
+        step = tl.load(mask_column, mask=inside, other=0).to(tl.float32)
         count = (count.to(tl.float32) + step).to(lp.dtype.element_ty)
+        mask_column += mask_token_stride
     tl.store(counts + rows, count.to(tl.float32), mask=inside)
 
 
