@@ -1,5 +1,6 @@
 """How many graphs an implementation has compiled so far: read before and after timing, they must match.
 
+An implementation module may count its own (`compiled_kernel_count()`: torch-triton's Triton kernels);
 torch.compile counts in dynamo's global counters; a jitted JAX function counts the entries of its own
 cache (the implementation module's `compiled_normalize`). Eager implementations never compile: always 0.
 """
@@ -13,6 +14,9 @@ from impls import Implementation
 
 
 def compile_counter(impl: Implementation) -> Callable[[], int]:
+    own_counter = getattr(sys.modules[impl.function.__module__], "compiled_kernel_count", None)
+    if own_counter is not None:  # e.g. Triton kernels, which dynamo's counters do not see
+        return own_counter
     if impl.framework == "torch":
         from torch._dynamo.utils import counters
 

@@ -121,7 +121,7 @@ def targets(plan: Plan) -> tuple[list[Target], dict[str, str]]:
         group = [
             Target(name, device, dtype, size)
             for name in runnable
-            if device in get_implementation(name).devices and dtype in get_implementation(name).dtypes
+            if device in get_implementation(name).benchmarked_devices and dtype in get_implementation(name).dtypes
         ]
         if group:
             found += [

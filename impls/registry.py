@@ -26,6 +26,12 @@ class Implementation:
     dtypes: tuple[str, ...] = DTYPE_NAMES
     differentiable: bool = False
     compiled: bool = False
+    benchmark_devices: tuple[str, ...] | None = None  # None: all its devices
+
+    @property
+    def benchmarked_devices(self) -> tuple[str, ...]:
+        """The devices whose timings mean something (an interpreter's do not)."""
+        return self.devices if self.benchmark_devices is None else self.benchmark_devices
 
     def __call__(self, token_log_probs: Any, advantages: Any, token_mask: Any) -> dict[str, Any]:
         return self.function(token_log_probs, advantages, token_mask)
@@ -37,14 +43,24 @@ class Implementation:
 
 @dataclass(frozen=True)
 class _Spec:
+    """A built-in. Devices, dtypes and differentiability default to its framework's; `devices` and
+    `benchmark_devices` narrow them (a device is listed only where the framework sees it)."""
+
     framework: str
     module: str
     compiled: bool
+    devices: tuple[str, ...] | None = None
+    dtypes: tuple[str, ...] = DTYPE_NAMES
+    differentiable: bool | None = None
+    benchmark_devices: tuple[str, ...] | None = None
 
 
 _BUILTINS: dict[str, _Spec] = {
     "torch-eager": _Spec("torch", "impls.torch_eager", compiled=False),
     "torch-compile": _Spec("torch", "impls.torch_compile", compiled=True),
+    # CPU tensors run through Triton's interpreter: fuzzed there, but its timings measure nothing real.
+    "torch-triton": _Spec("torch", "impls.torch_triton", compiled=True, devices=("cpu", "cuda"),
+                          differentiable=True, benchmark_devices=("cuda",)),
     "jax-jit": _Spec("jax", "impls.jax_jit", compiled=True),
     "numpy": _Spec("numpy", "impls.numpy_impl", compiled=False),
 }
@@ -57,13 +73,18 @@ def _load(name: str) -> Implementation:
     spec = _BUILTINS[name]
     adapter = load_framework(spec.framework)
     module = importlib.import_module(spec.module)
+    devices = tuple(device for device in adapter.devices() if spec.devices is None or device in spec.devices)
+    benchmark_devices = None if spec.benchmark_devices is None else tuple(
+        device for device in devices if device in spec.benchmark_devices)
     return Implementation(
         name=name,
         framework=spec.framework,
         function=module.sequence_vs_token_normalization,
-        devices=tuple(adapter.devices()),
-        differentiable=adapter.differentiable,
+        devices=devices,
+        dtypes=spec.dtypes,
+        differentiable=adapter.differentiable if spec.differentiable is None else spec.differentiable,
         compiled=spec.compiled,
+        benchmark_devices=benchmark_devices,
     )
 
 

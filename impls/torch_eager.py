@@ -86,7 +86,13 @@ def weights_and_ratio(
     """The three outputs from the per-row sums of selected log-probs (in the accumulation dtype) and the
     per-row counts of selected tokens (exact, integer or float). Float64 counts of float32 sums (rows of
     2^24 tokens or more) promote the quotient to float64: one rounding fewer, then the same cast."""
-    sequence_summed = advantages.to(selected_sums.dtype) * selected_sums
+    return outputs_from_sequence_summed(out_dtype, advantages.to(selected_sums.dtype) * selected_sums, counts)
+
+
+def outputs_from_sequence_summed(
+    out_dtype: torch.dtype, sequence_summed: torch.Tensor, counts: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The three outputs from s_i = A_i * (selected row sum), in the accumulation dtype, and the counts."""
     token_averaged = sequence_summed / counts.clamp(min=1)  # empty rows: 0 / 1 = 0
     numerator = sequence_summed.abs().sum()
     denominator = token_averaged.abs().sum()

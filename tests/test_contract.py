@@ -40,8 +40,8 @@ def _outputs(name: str, case: Case) -> dict[str, np.ndarray]:
     return {key: impl.adapter.to_float64(out[key]) for key in OUTPUT_KEYS}
 
 
-def test_all_four_builtins_are_available_here():
-    assert impls.available_implementations() == ["torch-eager", "torch-compile", "jax-jit", "numpy"]
+def test_all_five_builtins_are_available_here():
+    assert impls.available_implementations() == ["torch-eager", "torch-compile", "torch-triton", "jax-jit", "numpy"]
     assert impls.unavailable_implementations() == {}
     impl = impls.get_implementation("numpy")
     assert (impl.name, impl.framework, impl.devices, impl.dtypes) == ("numpy", "numpy", ("cpu",), DTYPE_NAMES)
