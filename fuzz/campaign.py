@@ -87,6 +87,7 @@ class CellResult:
     examples: int = 0
     worst: float = 0.0
     worst_ulps: float = 0.0  # the worst error in units in the last place of the output dtype
+    deterministic: bool | None = None  # every example's two calls gave the same bits (None: not tried)
     seconds: float = 0.0
     layouts: tuple[str, ...] = ()
     bugs: list[Bug] = field(default_factory=list)  # simplest first
@@ -120,6 +121,7 @@ class CellResult:
             "implementation": self.subject, "device": self.device, "dtype": self.dtype, "check": self.check,
             "ok": self.ok, "applicable": self.applicable, "examples": self.examples, "precision": self.precision,
             "worst_error_over_tolerance": self.worst, "worst_ulps": self.worst_ulps,
+            "deterministic": self.deterministic,
             "seconds": round(self.seconds, 3), "layouts": list(self.layouts), "failures": self.failures,
             "bugs": [bug.as_json() for bug in self.bugs],
             "counterexample": dict((k, repr(v)) for k, v in self.story) if self.story else None,
@@ -129,7 +131,7 @@ class CellResult:
 
 def check_example(subject: Subject, case: Case, relation: str | None) -> Verdict:
     """Every forward check on one case: reference, structure, inputs, ratio bounds, one relation."""
-    values, verdict = check_forward_values(subject.function, subject.adapter, case, subject.precision)
+    values, verdict = check_forward_values(subject.function, subject.adapter, case, subject.precision, repeat=True)
     if verdict.ok and relation is not None and values is not None:
         verdict.merge(check_ratio_bounds(case, values, subject.precision))
         verdict.merge(check_relation(relation, subject.function, subject.adapter, case, values, subject.precision))
@@ -188,6 +190,8 @@ def fuzz_cell(
         result.examples += 1
         result.worst = max(result.worst, min(verdict.worst, TARGET_CAP))
         result.worst_ulps = max(result.worst_ulps, verdict.ulps)
+        if verdict.deterministic is not None:
+            result.deterministic = verdict.deterministic and result.deterministic is not False
         for label, ratio in verdict.error_ratios.items():
             target(min(ratio, TARGET_CAP), label=label)
         if not verdict.ok:

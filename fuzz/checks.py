@@ -50,6 +50,7 @@ class Verdict:
     case: Case | None = None  # the case to report, when a second call (a relation's) is the one to show
     cotangents: dict[str, np.ndarray] | None = None  # set by gradient checks
     ulps: float = 0.0
+    deterministic: bool | None = None  # two calls on the same inputs gave the same bits (None: not tried)
 
     @property
     def ok(self) -> bool:
@@ -74,6 +75,15 @@ class Verdict:
         self.traceback = self.traceback or other.traceback
         self.case = self.case or other.case
         self.ulps = max(self.ulps, other.ulps)
+        if other.deterministic is not None:
+            self.deterministic = other.deterministic and self.deterministic is not False
+
+
+def same_bits(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> bool:
+    """Whether two sets of results read back as float64 are the same values, signs of zeros and NaNs included
+    (a float64 holds every value of the narrower dtypes exactly)."""
+    return all(np.array_equal(first[key], second[key], equal_nan=True)
+               and np.array_equal(np.signbit(first[key]), np.signbit(second[key])) for key in first)
 
 
 def call_safely(fn: Callable[..., Any], *args: Any) -> tuple[Any, Verdict]:
@@ -136,8 +146,16 @@ def compare_values(got: dict[str, np.ndarray], expected: Expected, tol: Toleranc
     return verdict
 
 
-def run_case(fn: Callable[..., Any], adapter: Framework, case: Case) -> tuple[dict[str, np.ndarray] | None, Verdict]:
-    """Call fn on the case's native inputs; check structure and that inputs were not modified.
+def _read_back(outputs: Any, adapter: Framework) -> dict[str, np.ndarray]:
+    return {key: adapter.to_float64(outputs[key]).reshape(-1 if key != "magnitude_ratio" else ())
+            for key in OUTPUT_KEYS}
+
+
+def run_case(fn: Callable[..., Any], adapter: Framework, case: Case,
+             repeat: bool = False) -> tuple[dict[str, np.ndarray] | None, Verdict]:
+    """Call fn on the case's native inputs; check structure and that inputs were not modified. With
+    `repeat`, call it a second time on the same inputs and record whether the bits are the same (a fact for
+    the report, not a failure: kernels with atomics are not deterministic).
 
     Returns the outputs read back as float64 (None if unusable) and the verdict so far."""
     inputs = adapter.materialize(case)
@@ -148,26 +166,35 @@ def run_case(fn: Callable[..., Any], adapter: Framework, case: Case) -> tuple[di
     verdict.merge(check_output_structure(outputs, adapter, case))
     for change in adapter.changes(inputs, snapshot):
         verdict.fail(INPUT_MODIFIED, change)
-    if not all(key in outputs and adapter.is_array(outputs[key]) for key in OUTPUT_KEYS):
+    if not isinstance(outputs, dict) or not all(key in outputs and adapter.is_array(outputs[key])
+                                                for key in OUTPUT_KEYS):
         return None, verdict
     try:
-        values = {key: adapter.to_float64(outputs[key]).reshape(-1 if key != "magnitude_ratio" else ())
-                  for key in OUTPUT_KEYS}
+        values = _read_back(outputs, adapter)
     except Exception as error:  # e.g. a wrong number of elements
         verdict.fail(STRUCTURE, f"outputs cannot be read back: {type(error).__name__}: {error}")
         return None, verdict
     if any(values[key].shape != want for key, want in
            zip(OUTPUT_KEYS, [(case.shape[0],), (case.shape[0],), ()])):
         return None, verdict
+    if repeat and verdict.ok:
+        again, second = call_safely(fn, *inputs)
+        if not second.ok:
+            verdict.merge(second, prefix="second call on the same inputs: ")
+        else:
+            try:
+                verdict.deterministic = same_bits(values, _read_back(again, adapter))
+            except Exception:  # a second call that returns something else entirely: not the same bits
+                verdict.deterministic = False
     return values, verdict
 
 
 def check_forward_values(
-    fn: Callable[..., Any], adapter: Framework, case: Case, precision: Precision = CONTRACT
+    fn: Callable[..., Any], adapter: Framework, case: Case, precision: Precision = CONTRACT, repeat: bool = False
 ) -> tuple[dict[str, np.ndarray] | None, Verdict]:
-    """The forward pass against the reference: structure, dtypes, devices, finiteness, values, inputs.
-    Also returns the outputs read back as float64 (None if unusable)."""
-    values, verdict = run_case(fn, adapter, case)
+    """The forward pass against the reference: structure, dtypes, devices, finiteness, values, inputs
+    (and, with `repeat`, determinism). Also returns the outputs read back as float64 (None if unusable)."""
+    values, verdict = run_case(fn, adapter, case, repeat)
     if values is not None:
         expected = reference(case.token_log_probs, case.advantages, case.token_mask)
         verdict.merge(compare_values(values, expected, tolerance(expected, case.dtype, precision), case.dtype))

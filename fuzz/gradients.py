@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from fuzz.checks import INPUT_MODIFIED, Verdict, call_safely, out_of_tolerance
+from fuzz.checks import INPUT_MODIFIED, Verdict, call_safely, out_of_tolerance, same_bits
 from fuzz.tolerance import backward_overflows, error_ratio, gradient_tolerance, ulp_error
 from impls.case import Case
 from impls.dtypes import largest, round_to
@@ -105,7 +105,22 @@ def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray],
                 f"{name}{list(map(int, at))} = {float(values[at])!r}, expected {float(want[at])!r} "
                 f"(err/tol = {verdict.error_ratios[name]:.3g}, tol = {float(bound[at]):.3g})",
             )
+    if verdict.ok:
+        verdict.deterministic = _same_gradients_again(subject, inputs, cotangents, result)
     return verdict
+
+
+def _same_gradients_again(subject: Any, inputs: Any, cotangents: dict[str, np.ndarray], first: Any) -> bool:
+    """Whether a second backward pass on the same inputs gives the same bits (atomics would not)."""
+    adapter = subject.adapter
+    again, verdict = call_safely(adapter.vjp, subject.function, inputs, cotangents)
+    if not verdict.ok:
+        return False
+    try:
+        return same_bits({"lp": adapter.to_float64(first[1]), "adv": adapter.to_float64(first[2])},
+                         {"lp": adapter.to_float64(again[1]), "adv": adapter.to_float64(again[2])})
+    except Exception:  # a second pass that returns something else entirely: not the same bits
+        return False
 
 
 def gradient_example(subject: Any, case: Case, data: st.DataObject) -> Verdict:

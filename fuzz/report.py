@@ -15,9 +15,10 @@ def _ulps(value: float) -> str:
 def _cell_text(cell: CellResult | None) -> str:
     if cell is None or not cell.applicable:
         return "n/a"
+    nondeterministic = " ~" if cell.deterministic is False else ""
     if not cell.ok:
-        return "FAIL" + (f" ({len(cell.bugs)} bugs)" if len(cell.bugs) > 1 else "")
-    return f"{cell.examples} ex, {cell.worst:.2f}, {_ulps(cell.worst_ulps)}"
+        return "FAIL" + (f" ({len(cell.bugs)} bugs)" if len(cell.bugs) > 1 else "") + nondeterministic
+    return f"{cell.examples} ex, {cell.worst:.2f}, {_ulps(cell.worst_ulps)}{nondeterministic}"
 
 
 def render_matrix(results: Sequence[CellResult], dtypes: Sequence[str], notes: dict[str, str]) -> str:
@@ -41,7 +42,20 @@ def render_matrix(results: Sequence[CellResult], dtypes: Sequence[str], notes: d
     lines.append("cells: examples run, worst error/tolerance over all checks (<= 1 conforms), worst error in "
                  "units in the last place of the output dtype; n/a: not applicable; precision: "
                  + ", ".join(precisions))
+    lines.append(_determinism_note(results))
     return "\n".join(lines)
+
+
+def _determinism_note(results: Sequence[CellResult]) -> str:
+    """Whether two calls on the same inputs gave bitwise identical results: a fact, not a verdict."""
+    checked = [cell for cell in results if cell.deterministic is not None]
+    varying = [cell for cell in checked if not cell.deterministic]
+    if not checked:
+        return "determinism: not checked"
+    if not varying:
+        return f"determinism: in all {len(checked)} checked cells, two calls on the same inputs gave identical bits"
+    return (f"determinism: ~ marks {len(varying)} of {len(checked)} cells where two calls on the same inputs gave "
+            "different bits (not a failure; RL losses that must reproduce need deterministic kernels)")
 
 
 def render_failures(results: Sequence[CellResult]) -> str:
