@@ -1,8 +1,9 @@
 """The floor: the time to read the same number of bytes once on a device, with a plain reduction.
 
-Each kernel sums a float32 array of the benchmarked byte count; the report takes the best kernel per
-device and size as the floor, so an implementation's "% of floor" compares it with the fastest simple
-read this machine manages in the same run. Frameworks are imported only inside the kernels.
+Each framework's adapter has one floor kernel (it sums a float32 array of the benchmarked byte count); the
+report takes the best kernel per device and size as the floor, so an implementation's "% of floor"
+compares it with the fastest simple read this machine manages in the same run. Frameworks are imported
+only when a kernel is prepared.
 """
 
 from __future__ import annotations
@@ -10,58 +11,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
+from impls.frameworks import FRAMEWORK_NAMES, adapter_class, load_framework
 
 Timed = Callable[[], object]
 
 
 @dataclass(frozen=True)
 class FloorKernel:
-    name: str
+    name: str  # e.g. "torch-sum"
     framework: str
-    devices: tuple[str, ...]
-    prepare: Callable[[str, int], Timed]  # (device, elements) -> a call that reads them and waits
+
+    def prepare(self, device: str, elements: int) -> Timed:
+        """A call that reads `elements` float32 values on `device` and waits for the result."""
+        return load_framework(self.framework).floor_kernel(device, elements)
 
 
-def _numpy_sum(device: str, elements: int) -> Timed:
-    data = np.full(elements, 1.0, dtype=np.float32)  # written, so every page is real memory
-    return data.sum
-
-
-def _torch_sum(device: str, elements: int) -> Timed:
-    import torch
-
-    data = torch.full((elements,), 1.0, dtype=torch.float32, device=device)
-    if device == "cpu":
-        return data.sum
-
-    def call() -> object:
-        total = data.sum()
-        torch.cuda.synchronize()
-        return total
-
-    return call
-
-
-def _jax_sum(device: str, elements: int) -> Timed:
-    import jax
-    import jax.numpy as jnp
-
-    target = jax.devices("cpu" if device == "cpu" else "gpu")[0]
-    data = jax.device_put(np.full(elements, 1.0, dtype=np.float32), target)
-    total = jax.jit(jnp.sum)
-    return lambda: total(data).block_until_ready()
-
-
-KERNELS: tuple[FloorKernel, ...] = (
-    FloorKernel("numpy-sum", "numpy", ("cpu",), _numpy_sum),
-    FloorKernel("torch-sum", "torch", ("cpu", "cuda"), _torch_sum),
-    FloorKernel("jax-sum", "jax", ("cpu", "cuda"), _jax_sum),
+KERNELS: tuple[FloorKernel, ...] = tuple(
+    FloorKernel(adapter_class(name).floor_name, name) for name in FRAMEWORK_NAMES if adapter_class(name).floor_name
 )
 
 
-def kernels_for(device: str) -> tuple[FloorKernel, ...]:
-    return tuple(kernel for kernel in KERNELS if device in kernel.devices)
+def kernel_named(name: str) -> FloorKernel:
+    return next(kernel for kernel in KERNELS if kernel.name == name)
 
 
 def elements_for(nbytes: int) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.floor import kernels_for
+from bench.floor import KERNELS
 from bench.sizes import DEFAULT_DTYPES, DEVICES, SIZES, Size, sizes_for
 from impls import available_implementations, get_implementation, unavailable_implementations
 from impls.dtypes import DTYPE_NAMES
@@ -126,7 +126,7 @@ def targets(plan: Plan) -> tuple[list[Target], dict[str, str]]:
         if group:
             found += [
                 Target(kernel.name, device, dtype, size, floor=True)
-                for kernel in kernels_for(device)
+                for kernel in KERNELS
                 if device in framework_devices(kernel.framework)
             ]
             found += group

@@ -38,8 +38,19 @@ class Subject:
     adapter: Framework
     import_lines: tuple[str, ...]
     function_name: str
-    wrap: str | None = None  # "torch.compile" or "jax.jit" when the snippet must wrap the function
+    wrap: str | None = None  # the compiled mode's wrapping as Python ("jax.jit({})"), for the snippet
     precision: Precision = CONTRACT  # what it is held to: the contract, or the built-ins' strict promise
+    compiled: bool = False  # runs compiled code: the adapter's compile policy applies while it is called
+    differentiable: bool | None = None  # None: as its framework (the registry may say otherwise)
+    dtypes: tuple[str, ...] | None = None  # None: its framework's
+
+    @property
+    def has_gradients(self) -> bool:
+        return self.adapter.differentiable if self.differentiable is None else self.differentiable
+
+    @property
+    def supported_dtypes(self) -> tuple[str, ...]:
+        return self.adapter.dtypes if self.dtypes is None else self.dtypes
 
 
 @dataclass
@@ -131,10 +142,13 @@ class CellResult:
 
 def check_example(subject: Subject, case: Case, relation: str | None) -> Verdict:
     """Every forward check on one case: reference, structure, inputs, ratio bounds, one relation."""
-    values, verdict = check_forward_values(subject.function, subject.adapter, case, subject.precision, repeat=True)
-    if verdict.ok and relation is not None and values is not None:
-        verdict.merge(check_ratio_bounds(case, values, subject.precision))
-        verdict.merge(check_relation(relation, subject.function, subject.adapter, case, values, subject.precision))
+    with subject.adapter.scope(case, compiled=subject.compiled):
+        values, verdict = check_forward_values(subject.function, subject.adapter, case, subject.precision,
+                                               repeat=True)
+        if verdict.ok and relation is not None and values is not None:
+            verdict.merge(check_ratio_bounds(case, values, subject.precision))
+            verdict.merge(check_relation(relation, subject.function, subject.adapter, case, values,
+                                         subject.precision))
     return verdict
 
 

@@ -11,9 +11,10 @@ from fuzz.campaign import CellResult, Subject, fuzz_cell
 from fuzz.gradients import gradient_example
 from fuzz.loader import LoadError, load_target
 from fuzz.tolerance import CONTRACT, PRECISIONS, STRICT
+from impls.frameworks import check_modes, load_framework
 from impls.registry import Implementation, get_implementation
 
-FRAMEWORK_CHOICES = ("torch", "torch-compile", "jax", "numpy")
+FRAMEWORK_CHOICES = tuple(check_modes())  # every adapter's modes: torch, torch-compile, jax, numpy, ...
 
 
 @dataclass(frozen=True)
@@ -32,23 +33,21 @@ def subject_for(implementation: Implementation) -> Subject:
     function = implementation.function
     return Subject(implementation.name, function, implementation.adapter,
                    (f"from {function.__module__} import {function.__name__}",), function.__name__,
-                   precision=STRICT)
+                   precision=STRICT, compiled=implementation.compiled,
+                   differentiable=implementation.differentiable, dtypes=implementation.dtypes)
 
 
 def check_subject(target_spec: str, framework: str, precision: str = CONTRACT.name) -> Subject:
     """The user's function as a fuzzing subject; raises LoadError for anything that stops it loading."""
     target = load_target(target_spec)
-    from impls.frameworks import load_framework
-
-    adapter_name = {"torch-compile": "torch"}.get(framework, framework)
+    adapter_name, mode = check_modes()[framework]
     try:
         adapter = load_framework(adapter_name)
     except Exception as error:
         raise LoadError(f"framework {adapter_name} is unavailable here: {type(error).__name__}: {error}") from error
-    wrap = {"torch-compile": "torch.compile", "jax": "jax.jit"}.get(framework)
-    function = adapter.compile(target.function) if wrap else target.function
-    return Subject(target_spec, function, adapter, target.import_lines, target.function_name, wrap=wrap,
-                   precision=PRECISIONS[precision])
+    return Subject(target_spec, adapter.wrap(target.function, framework), adapter, target.import_lines,
+                   target.function_name, wrap=mode.wrap, precision=PRECISIONS[precision],
+                   compiled=mode.wrap is not None)
 
 
 _BUILT: dict[SubjectSpec, Subject] = {}
@@ -91,7 +90,7 @@ def plan_cells(subjects: Sequence[tuple[SubjectSpec, Sequence[str]]], dtypes: Se
 def run_cell(task: CellTask) -> CellResult:
     """Fuzz one cell and print a progress line for it."""
     subject = build_subject(task.subject)
-    if task.check == "gradients" and not subject.adapter.differentiable:
+    if (task.check == "gradients" and not subject.has_gradients) or task.dtype not in subject.supported_dtypes:
         return CellResult(subject.name, task.device, task.dtype, task.check, applicable=False)
     cell = fuzz_cell(subject, dtype=task.dtype, device=task.device, layouts=subject.adapter.layouts,
                      max_examples=task.examples, seed=task.seed, check=task.check,

@@ -19,7 +19,6 @@ from impls.dtypes import DTYPE_NAMES
 from impls.registry import BUILTIN_NAMES, get_implementation
 
 INTERNAL_ERROR = 3
-NO_STRIDES_NOTE = "strided layouts n/a: JAX arrays have no strides"
 
 
 def _csv(choices: Sequence[str], what: str):
@@ -83,8 +82,8 @@ def check_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("target", metavar="TARGET", help="package.module:function or path/to/file.py:function")
     parser.add_argument("--framework", required=True, choices=FRAMEWORK_CHOICES,
-                        help="the framework the function takes; torch-compile and jax wrap it in "
-                        "torch.compile(fullgraph=True, dynamic=True) / jax.jit")
+                        help="the framework the function takes; torch-compile and jax run it compiled: "
+                        "torch.compile(f, fullgraph=True, dynamic=True) / jax.jit(f)")
     _common_options(parser, default_examples=40)
     parser.add_argument("--gradients", action="store_true",
                         help="also fuzz the backward pass (torch autograd / jax.vjp) against the exact VJP")
@@ -126,8 +125,8 @@ def campaign(argv: Sequence[str]) -> int:
         subjects.append((SubjectSpec(name), impl.devices))
         if impl.compiled:
             compiled.add(name)
-        if impl.adapter.layouts == ("contiguous",):
-            notes[name] = NO_STRIDES_NOTE
+        if impl.adapter.layouts_note:
+            notes[name] = impl.adapter.layouts_note
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}", file=sys.stderr)
     print(f"Fuzzing {len(subjects)} implementation(s), {args.max_examples} examples per cell, seed {args.seed}, "
@@ -169,7 +168,7 @@ def check(argv: Sequence[str]) -> int:
         return 2
     elapsed = time.perf_counter() - started
     print(f"\n{args.target} ({args.framework}), {elapsed:.0f} s")
-    notes = {args.target: NO_STRIDES_NOTE} if adapter.layouts == ("contiguous",) else {}
+    notes = {args.target: adapter.layouts_note} if adapter.layouts_note else {}
     return _finish(results, args, notes, {"command": "check", "target": args.target,
                                           "framework": args.framework, "seconds": elapsed, "seed": args.seed})
 

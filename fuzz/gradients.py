@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from fuzz.checks import INPUT_MODIFIED, Verdict, call_safely, out_of_tolerance, same_bits
+from fuzz.checks import INPUT_MODIFIED, Verdict, call_safely, modified_inputs, out_of_tolerance, same_bits
 from fuzz.tolerance import backward_overflows, error_ratio, gradient_tolerance, ulp_error
 from impls.case import Case
 from impls.dtypes import largest, round_to
@@ -73,7 +73,7 @@ def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray],
             verdict.fail(f"backward {failure.kind}", f"backward {failure.message}")
         return verdict
     _, grad_log_probs, grad_advantages = result
-    for change in adapter.changes(inputs, snapshot):
+    for change in modified_inputs(adapter, inputs, snapshot):
         verdict.fail(INPUT_MODIFIED, change)
     tol = gradient_tolerance(exact, cotangents, case.dtype, precision)
     overflow = backward_overflows(exact, cotangents, case.dtype, precision)
@@ -127,6 +127,7 @@ def gradient_example(subject: Any, case: Case, data: st.DataObject) -> Verdict:
     """One gradient example: draw cotangents, check the VJP against the exact one."""
     cotangents = complete_cotangents(draw_cotangents(data, case), case.shape[0])
     exact = vjp(case.token_log_probs, case.advantages, case.token_mask, cotangents)
-    verdict = check_gradients(subject, case, cotangents, exact)
+    with subject.adapter.scope(case, compiled=subject.compiled):
+        verdict = check_gradients(subject, case, cotangents, exact)
     verdict.cotangents = cotangents
     return verdict

@@ -140,10 +140,8 @@ def render_snippet(
         "from math import inf, nan",
         *dict.fromkeys(["import numpy as np", *imports, *import_lines]),  # in order, without repeats
     ]
-    if wrap == "torch.compile":
-        lines.append(f"{function_name} = torch.compile({function_name}, fullgraph=True, dynamic=True)")
-    elif wrap == "jax.jit":
-        lines.append(f"{function_name} = jax.jit({function_name})")
+    if wrap is not None:  # the compiled mode's wrapping, e.g. "jax.jit({})"
+        lines.append(f"{function_name} = {wrap.format(function_name)}")
     lines += [
         "",
         f"token_log_probs = {_layout_expression(framework, case.token_log_probs, case.layout, make_float, 'nan')}",

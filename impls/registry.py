@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,13 +21,22 @@ class Implementation:
     """A callable with the contract's signature, and what it supports on this machine."""
 
     name: str
-    framework: str  # the adapter that builds its inputs: "torch", "jax" or "numpy"
+    framework: str  # the adapter that builds its inputs (impls/frameworks/)
     function: Callable[..., dict[str, Any]]
     devices: tuple[str, ...]
     dtypes: tuple[str, ...] = DTYPE_NAMES
     differentiable: bool = False
     compiled: bool = False
     benchmark_devices: tuple[str, ...] | None = None  # None: all its devices
+    compiled_count: Callable[[], int] | None = None  # the module's own counter of compiled graphs or kernels
+
+    def scope(self, case: Any) -> AbstractContextManager[None]:
+        """The framework settings a call on `case` needs (its adapter's scope, e.g. JAX's x64 for float64)."""
+        return self.adapter.scope(case, compiled=self.compiled)
+
+    def compile_counter(self) -> Callable[[], int]:
+        """How many graphs or kernels it has compiled so far (benchmarks check timing compiles none)."""
+        return self.compiled_count or self.adapter.compile_counter(self.function)
 
     @property
     def benchmarked_devices(self) -> tuple[str, ...]:
@@ -43,14 +53,15 @@ class Implementation:
 
 @dataclass(frozen=True)
 class _Spec:
-    """A built-in. Devices, dtypes and differentiability default to its framework's; `devices` and
-    `benchmark_devices` narrow them (a device is listed only where the framework sees it)."""
+    """A built-in. Devices, dtypes and differentiability default to its framework's; `devices`, `dtypes` and
+    `benchmark_devices` narrow them (a device is listed only where the framework sees it). Its module
+    defines `sequence_vs_token_normalization`, and may define `compiled_count()`."""
 
     framework: str
     module: str
     compiled: bool
     devices: tuple[str, ...] | None = None
-    dtypes: tuple[str, ...] = DTYPE_NAMES
+    dtypes: tuple[str, ...] | None = None
     differentiable: bool | None = None
     benchmark_devices: tuple[str, ...] | None = None
 
@@ -81,10 +92,11 @@ def _load(name: str) -> Implementation:
         framework=spec.framework,
         function=module.sequence_vs_token_normalization,
         devices=devices,
-        dtypes=spec.dtypes,
+        dtypes=tuple(d for d in adapter.dtypes if spec.dtypes is None or d in spec.dtypes),
         differentiable=adapter.differentiable if spec.differentiable is None else spec.differentiable,
         compiled=spec.compiled,
         benchmark_devices=benchmark_devices,
+        compiled_count=getattr(module, "compiled_count", None),
     )
 
 

@@ -7,7 +7,10 @@ loads a bool mask several times slower, and an integer count costs a second pass
 unbacked for the call (the marks are removed afterwards), so batch or tokens of 0 or 1 reuse the general
 graph instead of each compiling its own; only dtype, device, stride pattern (contiguous, transposed,
 strided, expanded) and rows of 2^24 tokens or more (counted in float64) compile anew.
-`fail_on_recompile_limit_hit` makes hitting the recompile limit an error: it can never silently run eager.
+Importing it changes no global setting: the fuzzer raises dynamo's recompile limit and makes hitting it an
+error only while it calls compiled code (impls/frameworks/torch_framework.py). A trainer that calls it
+across many dtypes and layouts may need `torch._dynamo.config.recompile_limit` raised, like any compiled
+function.
 """
 
 from __future__ import annotations
@@ -20,13 +23,6 @@ import torch
 import torch._dynamo
 
 from impls.torch_eager import EXACT_FLOAT32_COUNT, validate, weights_and_ratio
-
-# 4 dtypes x 5 stride patterns x 2 count dtypes x {inference, autograd} x 2 devices stays below this, and
-# so does a user's function compiled plainly (sizes 0 and 1 specialized) under `python -m fuzz check`.
-RECOMPILE_LIMIT = 256
-
-torch._dynamo.config.fail_on_recompile_limit_hit = True
-torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
 
 # The contract's arguments (token_log_probs, advantages, token_mask) and the size each dimension holds.
 CONTRACT_DIMENSIONS = (("batch", "tokens"), ("batch",), ("batch", "tokens"))
@@ -59,39 +55,6 @@ def compile_with_unbacked_sizes(fn: Callable[..., Any]) -> Callable[..., Any]:
             for tensor, names in marked:
                 for name in names:
                     delattr(tensor, name)
-
-    return call
-
-
-def _is_data_dependent_guard(error: BaseException | None) -> bool:
-    while error is not None:
-        if "GuardOnDataDependentSymNode" in f"{type(error).__name__}: {error}":
-            return True
-        error = error.__cause__ or error.__context__
-    return False
-
-
-def compile_for_fuzzing(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A user's function under torch.compile(fullgraph=True, dynamic=True), as cheaply as it allows.
-
-    Unbacked sizes first (fewest recompiles); code that inductor cannot compile with unbacked sizes (it
-    raises GuardOnDataDependentSymNode, e.g. on `torch.zeros_like`) is switched, for good, to a plain
-    dynamic compile, which specializes sizes 0 and 1 and so compiles more often, but is what users run."""
-    unbacked = compile_with_unbacked_sizes(fn)
-    plain = torch.compile(fn, fullgraph=True, dynamic=True)
-    use_plain = False
-
-    @functools.wraps(fn)
-    def call(*tensors: torch.Tensor) -> Any:
-        nonlocal use_plain
-        if not use_plain:
-            try:
-                return unbacked(*tensors)
-            except Exception as error:
-                if not _is_data_dependent_guard(error):
-                    raise
-                use_plain = True
-        return plain(*tensors)
 
     return call
 

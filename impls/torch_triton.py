@@ -122,7 +122,7 @@ def _kernels(interpreted: bool) -> tuple[Any, Any]:
         return triton.jit(_selected_row_sums_kernel), triton.jit(_log_probs_gradient_kernel)
 
 
-def compiled_kernel_count() -> int:
+def compiled_count() -> int:
     """Kernel binaries compiled so far (none on CPU); the benchmarks check that timing compiles none."""
     # JITFunction.device_caches: device -> (kernel cache, ...), filled when a call compiles (triton 3.9).
     return sum(len(caches[0]) for kernel in _compiled_kernels for caches in kernel.device_caches.values())

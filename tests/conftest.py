@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import impls
+from impls.frameworks import adapter_class
 
 settings.register_profile(
     "ci", derandomize=True, deadline=None, database=None, max_examples=25, print_blob=True,
@@ -34,7 +35,7 @@ def implementation_devices() -> list:
             params.append(pytest.param(name, "cpu", id=f"{name}-unavailable",
                                        marks=pytest.mark.skip(reason=str(error))))
             continue
-        for device in ("cpu", "cuda") if implementation.framework != "numpy" else ("cpu",):
+        for device in adapter_class(implementation.framework).device_kinds:
             marks = [] if device in implementation.devices else [
                 pytest.mark.skip(reason=f"no {device} device for {name} here")]
             params.append(pytest.param(name, device, id=f"{name}-{device}", marks=marks))

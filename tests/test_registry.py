@@ -13,7 +13,8 @@ def test_a_broken_framework_breaks_only_its_own_implementations(monkeypatch):
         def __init__(self):
             raise ImportError("jaxlib is broken here")
 
-    monkeypatch.setitem(frameworks._FRAMEWORK_CLASSES, "jax", BrokenJax)
+    real = frameworks.adapter_class
+    monkeypatch.setattr(frameworks, "adapter_class", lambda name: BrokenJax if name == "jax" else real(name))
     monkeypatch.setattr(registry, "_loaded", {})
     monkeypatch.setattr(registry, "_failures", {})
     frameworks.load_framework.cache_clear()

@@ -28,7 +28,8 @@ def test_twenty_random_shapes_compile_at_most_twice(name, device, dtype):
         batch, tokens = int(rng.integers(2, 40)), int(rng.integers(2, 600))
         lp = np.round(-rng.random((batch, tokens)) * 16) / 4
         case = Case(lp, np.ones(batch), rng.random((batch, tokens)) < 0.7, dtype=dtype, device=device)
-        out = impl(*impl.adapter.materialize(case))
+        with impl.scope(case):
+            out = impl(*impl.adapter.materialize(case))
         assert out["sequence_summed"].shape == (batch,)
     compiled = _graphs() - before
     assert compiled <= 2, f"{compiled} compilations for 20 shapes"
@@ -38,11 +39,13 @@ def test_it_is_really_compiled_and_cannot_fall_back_to_eager():
     impl = impls.get_implementation("torch-compile")
     before = _graphs()
     case = Case(np.full((3, 5), -1.0), np.ones(3), np.ones((3, 5), bool), dtype="float16")
-    impl(*impl.adapter.materialize(case))
-    assert _graphs() >= before  # a graph exists for float16 (compiled now or earlier in this session)
-    import torch._dynamo
+    with impl.scope(case):
+        impl(*impl.adapter.materialize(case))
+        import torch._dynamo
 
-    assert torch._dynamo.config.fail_on_recompile_limit_hit is True
+        assert torch._dynamo.config.fail_on_recompile_limit_hit is True  # while the harness calls compiled code
+    assert torch._dynamo.config.fail_on_recompile_limit_hit is False  # and only then: the user's setting is back
+    assert _graphs() >= before  # a graph exists for float16 (compiled now or earlier in this session)
     from impls.torch_compile import compiled_normalize
 
     assert hasattr(compiled_normalize, "__wrapped__")
@@ -61,9 +64,9 @@ def test_hitting_the_recompile_limit_is_an_error_not_eager():
         return x * 2
 
     compiled = torch.compile(plain, fullgraph=True, dynamic=False)
-    import impls.torch_compile  # noqa: F401  (sets the config under test)
-
-    with torch._dynamo.config.patch(recompile_limit=2):
+    adapter = impls.get_implementation("torch-compile").adapter
+    case = Case(np.zeros((1, 1)), np.zeros(1), np.ones((1, 1), bool))
+    with adapter.scope(case, compiled=True), torch._dynamo.config.patch(recompile_limit=2):
         compiled(torch.zeros(1))
         compiled(torch.zeros(2))
         with pytest.raises(Exception, match="recompile"):

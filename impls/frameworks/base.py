@@ -1,0 +1,116 @@
+"""What every framework adapter answers: the one interface the fuzzer, the benchmarks and the tests use, so
+that nothing outside an adapter asks which framework it holds.
+
+An adapter reports facts (native inputs for a Case, values read back, snapshots of the inputs, devices, a
+compile counter, a floor kernel); judging those facts (what counts as modified, the messages) is the
+fuzzer's job (fuzz/checks.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from impls.case import Case
+from impls.dtypes import DTYPE_NAMES
+
+Inputs = tuple[Any, Any, Any]
+INPUT_NAMES: tuple[str, ...] = ("token_log_probs", "advantages", "token_mask")
+
+
+@dataclass(frozen=True)
+class InputSnapshot:
+    """The inputs' values (float64, or bool for the mask) and, where the framework counts them, how many
+    times each was written to (torch's version counters); None where it does not."""
+
+    values: tuple[np.ndarray, ...]
+    write_counts: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class CheckMode:
+    """How `check --framework NAME` runs a user's function: as given, or wrapped for compilation."""
+
+    name: str  # the --framework choice: "torch", "torch-compile", "jax", ...
+    wrap: str | None = None  # the wrapping as Python, the function as {}: "jax.jit({})"
+
+
+class Framework:
+    """Base class of the adapters; each framework's module subclasses it and imports its framework only in
+    `__init__` and its methods, so listing the adapters imports nothing."""
+
+    name: str = ""
+    array_type: str = ""  # what the contract's arrays are, for messages: "torch.Tensor"
+    layouts: tuple[str, ...] = ("contiguous",)  # the layouts it can build (impls/layouts.py)
+    layouts_note: str | None = None  # why some layouts do not exist here, for the matrix
+    dtypes: tuple[str, ...] = DTYPE_NAMES
+    differentiable: bool = False
+    modes: tuple[CheckMode, ...] = ()
+    device_kinds: tuple[str, ...] = ("cpu",)  # every device it can ever have (devices() says which are here)
+
+    # --- devices and native inputs --------------------------------------------------------------------
+    def devices(self) -> list[str]:
+        return ["cpu"]
+
+    def materialize(self, case: Case, *, requires_grad: bool = False) -> Inputs:
+        """Native inputs for the case: its dtype, device and layout (poison in the gaps a layout skips)."""
+        raise NotImplementedError
+
+    def zeros(self, shape: tuple[int, ...], dtype: str) -> Any:
+        """A contiguous array of zeros on the default device: dtype a name, "bool" included (for tests and
+        error inputs; float64 needs the case's scope where the framework has a 64-bit switch)."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def scope(self, case: Case, *, compiled: bool = False) -> Iterator[None]:
+        """The framework settings a case needs, applied only while the harness builds and calls (e.g. JAX's
+        x64 for float64 cells); nothing by default."""
+        yield
+
+    # --- reading results back -------------------------------------------------------------------------
+    def is_array(self, value: object) -> bool:
+        raise NotImplementedError
+
+    def dtype_of(self, value: Any) -> str:
+        return str(value.dtype)
+
+    def device_of(self, value: Any) -> str:
+        return "cpu"
+
+    def to_float64(self, value: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def to_bool(self, value: Any) -> np.ndarray:
+        return np.asarray(value).astype(bool)
+
+    def snapshot(self, inputs: Inputs) -> InputSnapshot:
+        """The inputs' values now (and write counters where the framework has them)."""
+        return InputSnapshot(tuple(self.to_bool(x) if self.dtype_of(x) == "bool" else self.to_float64(x)
+                                   for x in inputs))
+
+    # --- running a user's function --------------------------------------------------------------------
+    def wrap(self, fn: Callable, mode: str) -> Callable:
+        """`fn` as `check --framework mode` runs it (compiled, where the mode says so)."""
+        return fn
+
+    def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray]) -> tuple[Any, Any, Any]:
+        """(outputs, d token_log_probs, d advantages) for float64 cotangents of all three outputs."""
+        raise NotImplementedError(f"{self.name} has no autograd")
+
+    def synchronize(self, value: Any) -> None:
+        """Wait until `value` (any pytree of arrays) is computed; used by benchmarks."""
+
+    # --- benchmarks -----------------------------------------------------------------------------------
+    floor_name: str | None = None  # the plain reduction that sets the floor: "torch-sum"
+
+    def floor_kernel(self, device: str, elements: int) -> Callable[[], object]:
+        """A call that sums `elements` float32 values on `device` and waits for the result."""
+        raise NotImplementedError(f"{self.name} has no floor kernel")
+
+    def compile_counter(self, function: Callable) -> Callable[[], int]:
+        """How many graphs `function` has compiled so far; 0 for code that never compiles."""
+        return lambda: 0

@@ -1,0 +1,117 @@
+"""JAX: CPU and GPU devices, contiguous arrays only (JAX arrays have no strides), jax.vjp, jax.jit.
+
+JAX's 64-bit mode is a process-wide default (`jax_enable_x64`); the adapter turns it on only while the
+harness builds and calls a float64 case (`jax.enable_x64(True)` is scoped to the block), so a user's
+float32 code runs under JAX's ordinary defaults and float64 cells are really float64.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from impls.case import Case
+from impls.dtypes import numpy_dtype
+from impls.frameworks.base import CheckMode, Framework, Inputs
+
+
+class JaxFramework(Framework):
+    name = "jax"
+    array_type = "jax.Array"
+    layouts = ("contiguous",)
+    layouts_note = "strided layouts n/a: JAX arrays have no strides"
+    differentiable = True
+    modes = (CheckMode("jax", "jax.jit({})"),)
+    floor_name = "jax-sum"
+    device_kinds = ("cpu", "cuda")
+
+    def __init__(self) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        self.jax, self.jnp = jax, jnp
+
+    def _device(self, name: str) -> Any:
+        return self.jax.devices("cpu" if name == "cpu" else "gpu")[0]
+
+    def devices(self) -> list[str]:
+        try:
+            has_gpu = bool(self.jax.devices("gpu"))
+        except RuntimeError:
+            has_gpu = False
+        return ["cpu"] + (["cuda"] if has_gpu else [])
+
+    @contextlib.contextmanager
+    def scope(self, case: Case, *, compiled: bool = False) -> Iterator[None]:
+        if case.dtype != "float64":
+            yield
+            return
+        with self.jax.enable_x64(True):
+            yield
+
+    def materialize(self, case: Case, *, requires_grad: bool = False) -> Inputs:
+        if case.layout != "contiguous":
+            raise ValueError(f"JAX arrays have no strides: layout {case.layout!r} does not exist")
+        device = self._device(case.device)
+        dtype = numpy_dtype(case.dtype)
+        with self.scope(case):  # a float64 array exists only under x64
+            return (
+                self.jax.device_put(case.token_log_probs.astype(dtype), device),
+                self.jax.device_put(case.advantages.astype(dtype), device),
+                self.jax.device_put(case.token_mask, device),
+            )
+
+    def zeros(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return self.jnp.zeros(shape, dtype=bool if dtype == "bool" else numpy_dtype(dtype))
+
+    def is_array(self, value: object) -> bool:
+        return isinstance(value, self.jax.Array)
+
+    def device_of(self, value: Any) -> str:
+        platform = next(iter(value.devices())).platform
+        return "cpu" if platform == "cpu" else "cuda"
+
+    def to_float64(self, value: Any) -> np.ndarray:
+        return np.asarray(value).astype(np.float64)
+
+    def wrap(self, fn: Callable, mode: str) -> Callable:
+        return self.jax.jit(fn)
+
+    def synchronize(self, value: Any) -> None:
+        self.jax.block_until_ready(value)
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019  (adapters live for the whole process)
+    def _jitted_vjp(self, fn: Callable) -> Callable:
+        """jax.vjp of fn under jit: forward and backward compile once per shape, together."""
+
+        def forward_and_backward(log_probs: Any, advantages: Any, mask: Any, cotangents: Any) -> Any:
+            outputs, pullback = self.jax.vjp(lambda lp, adv: fn(lp, adv, mask), log_probs, advantages)
+            return outputs, *pullback({key: cotangents[key].astype(value.dtype) for key, value in outputs.items()})
+
+        return self.jax.jit(forward_and_backward)
+
+    def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray]) -> tuple[Any, Any, Any]:
+        log_probs, advantages, mask = inputs
+        device = next(iter(log_probs.devices()))
+        # float64 cotangents: converted to each output's dtype inside (only under x64 do they stay float64)
+        on_device = {key: self.jax.device_put(np.asarray(value, dtype=np.float64), device)
+                     for key, value in cotangents.items()}
+        outputs, grad_log_probs, grad_advantages = self._jitted_vjp(fn)(log_probs, advantages, mask, on_device)
+        return outputs, grad_log_probs, grad_advantages
+
+    def floor_kernel(self, device: str, elements: int) -> Callable[[], object]:
+        data = self.jax.device_put(np.full(elements, 1.0, dtype=np.float32), self._device(device))
+        total = self.jax.jit(self.jnp.sum)
+        return lambda: total(data).block_until_ready()
+
+    def compile_counter(self, function: Callable) -> Callable[[], int]:
+        """A jitted function counts its own cache; code that never compiles counts 0."""
+        cache_size = getattr(function, "_cache_size", None)
+        return (lambda: int(cache_size())) if cache_size is not None else (lambda: 0)
+
+
+ADAPTER = JaxFramework

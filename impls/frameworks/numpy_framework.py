@@ -1,0 +1,44 @@
+"""NumPy: every layout, negative strides included; no autograd, nothing to compile."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from impls.case import Case
+from impls.dtypes import numpy_dtype
+from impls.frameworks.base import CheckMode, Framework, Inputs
+from impls.layouts import LAYOUTS, numpy_view, strided_view
+
+
+class NumpyFramework(Framework):
+    name = "numpy"
+    array_type = "numpy.ndarray"
+    layouts = LAYOUTS
+    modes = (CheckMode("numpy"),)
+    floor_name = "numpy-sum"
+
+    def materialize(self, case: Case, *, requires_grad: bool = False) -> Inputs:
+        dtype = numpy_dtype(case.dtype)
+        log_probs = numpy_view(strided_view(case.token_log_probs.astype(dtype), case.layout, np.nan))
+        advantages = numpy_view(strided_view(case.advantages.astype(dtype), case.layout, np.nan))
+        mask = numpy_view(strided_view(case.token_mask, case.layout, True))
+        return log_probs, advantages, mask
+
+    def zeros(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return np.zeros(shape, dtype=bool if dtype == "bool" else numpy_dtype(dtype))
+
+    def is_array(self, value: object) -> bool:
+        return isinstance(value, np.ndarray)
+
+    def to_float64(self, value: Any) -> np.ndarray:
+        return np.asarray(value).astype(np.float64)
+
+    def floor_kernel(self, device: str, elements: int) -> Callable[[], object]:
+        data = np.full(elements, 1.0, dtype=np.float32)  # written, so every page is real memory
+        return data.sum
+
+
+ADAPTER = NumpyFramework
