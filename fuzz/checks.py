@@ -110,7 +110,8 @@ def run_case(fn: Callable[..., Any], adapter: Framework, case: Case) -> tuple[di
         return None, verdict
     verdict.merge(check_output_structure(outputs, adapter, case))
     verdict.failures += adapter.changes(inputs, snapshot)
-    if not all(key in outputs and adapter.is_array(outputs[key]) for key in OUTPUT_KEYS):
+    if not isinstance(outputs, dict) or not all(key in outputs and adapter.is_array(outputs[key])
+                                                for key in OUTPUT_KEYS):  # None: `in` raises on it
         return None, verdict
     try:
         values = {key: adapter.to_float64(outputs[key]).reshape(-1 if key != "magnitude_ratio" else ())
