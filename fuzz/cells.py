@@ -4,11 +4,14 @@ cell is run. A `SubjectSpec` names a subject in a form a worker process can rebu
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from fuzz.calls import CallTimedOut, WatchedAdapter, Watcher, watched
 from fuzz.campaign import CellResult, Subject, fuzz_cell
 from fuzz.gradients import gradient_example
+from fuzz.interrupted import SnippetSource, interrupted_cell, timed_out
 from fuzz.loader import LoadError, load_target
 from impls.registry import Implementation, get_implementation
 
@@ -82,15 +85,36 @@ def plan_cells(subjects: Sequence[tuple[SubjectSpec, Sequence[str]]], dtypes: Se
     ]
 
 
-def run_cell(task: CellTask) -> CellResult:
-    """Fuzz one cell and print a progress line for it."""
-    subject = build_subject(task.subject)
+def snippet_source(subject: Subject) -> SnippetSource:
+    return SnippetSource(subject.name, subject.adapter.name, subject.import_lines, subject.function_name,
+                         subject.wrap, tuple(subject.adapter.layouts))
+
+
+def watch_subject(subject: Subject, watcher: Watcher) -> Subject:
+    """The subject with every call of its function (and every VJP) run through `watcher`."""
+    adapter = WatchedAdapter(subject.adapter, watcher)
+    return replace(subject, function=watched(subject.function, adapter), adapter=adapter)
+
+
+def fuzz_task(subject: Subject, task: CellTask, watcher: Watcher) -> CellResult:
+    """Fuzz one cell of `subject`; a call that overruns the watcher's time limit fails the cell with its case."""
     if task.check == "gradients" and not subject.adapter.differentiable:
         return CellResult(subject.name, task.device, task.dtype, task.check, applicable=False)
-    cell = fuzz_cell(subject, dtype=task.dtype, device=task.device, layouts=subject.adapter.layouts,
-                     max_examples=task.examples, seed=task.seed, check=task.check,
-                     example_check=gradient_example if task.check == "gradients" else None)
+    started = time.perf_counter()
+    try:
+        cell = fuzz_cell(watch_subject(subject, watcher), dtype=task.dtype, device=task.device,
+                         layouts=subject.adapter.layouts, max_examples=task.examples, seed=task.seed,
+                         check=task.check, example_check=gradient_example if task.check == "gradients" else None)
+    except CallTimedOut as stopped:
+        cell = interrupted_cell(snippet_source(subject), task.device, task.dtype, task.check, stopped.call,
+                                timed_out(stopped.seconds, stopped.call),
+                                seconds=time.perf_counter() - started)
     status = "ok" if cell.ok else "FAIL"
     print(f"  {task.check} of {subject.name} on {task.device} in {task.dtype}: {status}, {cell.examples} examples, "
           f"worst err/tol {cell.worst:.3g}, {cell.seconds:.1f} s", file=sys.stderr, flush=True)
     return cell
+
+
+def run_cell(task: CellTask, watcher: Watcher) -> CellResult:
+    """Fuzz one cell of a subject named by its spec (built once per process), printing a progress line."""
+    return fuzz_task(build_subject(task.subject), task, watcher)

@@ -25,6 +25,16 @@ class Target:
 
 
 def load_target(spec: str) -> Target:
+    """The function `spec` names. Loading it writes no `__pycache__/` next to the user's files: nothing of
+    the suite's may appear in their working tree."""
+    dont_write_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        return _load_target(spec)
+    finally:
+        sys.dont_write_bytecode = dont_write_bytecode
+
+
+def _load_target(spec: str) -> Target:
     location, sep, name = spec.rpartition(":")
     if not sep or not location or not name.isidentifier():
         raise LoadError(f"TARGET must look like package.module:function or path/to/file.py:function, got {spec!r}")
