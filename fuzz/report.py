@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 
 from fuzz.campaign import CellResult
+from fuzz.failures import for_terminal, is_compile_failure, shorten
 
 
 def _cell_text(cell: CellResult | None) -> str:
@@ -37,6 +38,12 @@ def render_matrix(results: Sequence[CellResult], dtypes: Sequence[str], notes: d
     return "\n".join(lines)
 
 
+def _traceback_for_terminal(cell: CellResult) -> str:
+    """A compiler's output fills the traceback too: its first and last lines (the JSON keeps it whole)."""
+    assert cell.traceback is not None
+    return shorten(cell.traceback, head=12, tail=8) if any(map(is_compile_failure, cell.failures)) else cell.traceback
+
+
 def render_failures(results: Sequence[CellResult]) -> str:
     """Every failure with its minimal case; the traceback and snippet of the first one in full."""
     parts = []
@@ -45,14 +52,15 @@ def render_failures(results: Sequence[CellResult]) -> str:
             continue
         if parts:
             parts.append(f"\n=== FAIL {cell.subject} on {cell.device}, {cell.dtype}, {cell.check}: "
-                         + "; ".join(cell.failures) + " (snippet in the JSON report)")
+                         + "; ".join(for_terminal(failure).split("\n", 1)[0] for failure in cell.failures)
+                         + " (snippet in the JSON report)")
             continue
         story = ", ".join(f"{label}={value!r}" for label, value in cell.story if label != "seed")
         parts.append(
             f"\n=== FAIL {cell.subject} on {cell.device}, {cell.dtype}, {cell.check} ===\n"
-            + "\n".join(f"  - {failure}" for failure in cell.failures)
+            + "\n".join(f"  - {for_terminal(failure)}" for failure in cell.failures)
             + (f"\n  minimal case: {story}" if story else "")
-            + (f"\n  traceback:\n{cell.traceback}" if cell.traceback else "")
+            + (f"\n  traceback:\n{_traceback_for_terminal(cell)}" if cell.traceback else "")
             + ("\n  reproduce with this snippet:\n\n" + cell.snippet if cell.snippet else "")
         )
     return "\n".join(parts)
