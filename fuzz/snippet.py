@@ -175,6 +175,9 @@ def render_snippet(
         return "\n".join(lines) + "\n"
     lines += [
         "inputs_before = [as_float64(x) for x in (token_log_probs, advantages, token_mask)]",
+        # torch counts in-place writes: one that changes nothing (an empty tensor, an equal value) shows there
+        *(["versions_before = [x._version for x in (token_log_probs, advantages, token_mask)]"]
+          if framework == "torch" else []),
         *_call_lines(function_name, "out", f"{function_name}(token_log_probs, advantages, token_mask)"),
         f"assert isinstance(out, dict) and all(key in out for key in {list(OUTPUT_KEYS)!r}), \\",
         "    f'returned {type(out).__name__} {out!r:.200}, expected a dict of the three outputs'",
@@ -198,6 +201,11 @@ def render_snippet(
         "                           (token_log_probs, advantages, token_mask)):",
         "    if not np.array_equal(before, as_float64(x), equal_nan=True):",
         "        problems.append(f'{name} was modified in place')",
+        *(["for name, before, x in zip(['token_log_probs', 'advantages', 'token_mask'], versions_before,",
+           "                           (token_log_probs, advantages, token_mask)):",
+           "    if x._version != before:",
+           "        problems.append(f'{name} was written in place (its version counter moved)')"]
+          if framework == "torch" else []),
         "assert not problems, '\\n'.join(problems)",
     ]
     return "\n".join(lines) + "\n"
