@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from fuzz.calls import CallTimedOut, WatchedAdapter, Watcher, watched
 from fuzz.campaign import CellResult, Subject, fuzz_cell
@@ -16,6 +17,7 @@ from fuzz.loader import LoadError, load_target
 from impls.registry import Implementation, get_implementation
 
 FRAMEWORK_CHOICES = ("torch", "torch-compile", "jax", "numpy")
+ADAPTER_NAMES = {"torch": "torch", "torch-compile": "torch", "jax": "jax", "numpy": "numpy"}
 
 
 @dataclass(frozen=True)
@@ -36,16 +38,23 @@ def subject_for(implementation: Implementation) -> Subject:
 def check_subject(target_spec: str, framework: str) -> Subject:
     """The user's function as a fuzzing subject; raises LoadError for anything that stops it loading."""
     target = load_target(target_spec)
+    return function_subject(target_spec, target.function, framework, target.import_lines, target.function_name)
+
+
+def function_subject(name: str, function: Callable[..., Any], framework: str, import_lines: tuple[str, ...],
+                     function_name: str) -> Subject:
+    """A function with the contract's signature as a fuzzing subject, compiled as `framework` says (torch-compile:
+    torch.compile; jax: jax.jit). Raises LoadError when the framework does not load here."""
     from impls.frameworks import load_framework
 
-    adapter_name = {"torch-compile": "torch"}.get(framework, framework)
+    adapter_name = ADAPTER_NAMES[framework]
     try:
         adapter = load_framework(adapter_name)
     except Exception as error:
         raise LoadError(f"framework {adapter_name} is unavailable here: {type(error).__name__}: {error}") from error
     wrap = {"torch-compile": "torch.compile", "jax": "jax.jit"}.get(framework)
-    function = adapter.compile(target.function) if wrap else target.function
-    return Subject(target_spec, function, adapter, target.import_lines, target.function_name, wrap=wrap)
+    compiled = adapter.compile(function) if wrap else function
+    return Subject(name, compiled, adapter, import_lines, function_name, wrap=wrap)
 
 
 _BUILT: dict[SubjectSpec, Subject] = {}
