@@ -1,0 +1,15 @@
+"""Differential fuzzing of sequence-summed vs token-averaged normalization against an exact float64 reference.
+
+The public API (fuzz/api.py; importing it imports no framework):
+    check(fn, framework=..., ...) -> Report    fuzz a function, as `lossnorm-fuzz check` does
+    Report, Failure                            .ok, .cells, .failures, .raise_for_failures()
+    cases(...)                                 the Hypothesis strategy of framework-neutral Cases
+    as_arrays(case, framework)                 a Case as native torch / jax / numpy inputs
+    check_case(fn, case, framework)            what is wrong with fn's answer on one Case
+"""
+
+from fuzz.api import Failure, Report, as_arrays, check, check_case
+from fuzz.strategies import cases
+from impls.case import Case
+
+__all__ = ["Case", "Failure", "Report", "as_arrays", "cases", "check", "check_case"]

@@ -4,11 +4,15 @@ cell is run. A `SubjectSpec` names a subject in a form a worker process can rebu
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
+from fuzz.calls import CallTimedOut, WatchedAdapter, Watcher, watched
 from fuzz.campaign import CellResult, Subject, fuzz_cell
 from fuzz.gradients import gradient_example
+from fuzz.interrupted import TIMEOUT, SnippetSource, interrupted_cell, timed_out
 from fuzz.loader import LoadError, load_target
 from fuzz.tolerance import CONTRACT, PRECISIONS, STRICT
 from impls.frameworks import check_modes, load_framework
@@ -40,14 +44,22 @@ def subject_for(implementation: Implementation) -> Subject:
 def check_subject(target_spec: str, framework: str, precision: str = CONTRACT.name) -> Subject:
     """The user's function as a fuzzing subject; raises LoadError for anything that stops it loading."""
     target = load_target(target_spec)
+    return function_subject(target_spec, target.function, framework, target.import_lines, target.function_name,
+                            precision)
+
+
+def function_subject(name: str, function: Callable[..., Any], framework: str, import_lines: tuple[str, ...],
+                     function_name: str, precision: str = CONTRACT.name) -> Subject:
+    """A function with the contract's signature as a fuzzing subject, run as the `framework` mode says (its
+    adapter compiles it for the compiled modes: torch-compile, jax). Raises LoadError when the framework does
+    not load here."""
     adapter_name, mode = check_modes()[framework]
     try:
         adapter = load_framework(adapter_name)
     except Exception as error:
         raise LoadError(f"framework {adapter_name} is unavailable here: {type(error).__name__}: {error}") from error
-    return Subject(target_spec, adapter.wrap(target.function, framework), adapter, target.import_lines,
-                   target.function_name, wrap=mode.wrap, precision=PRECISIONS[precision],
-                   compiled=mode.wrap is not None)
+    return Subject(name, adapter.wrap(function, framework), adapter, import_lines, function_name, wrap=mode.wrap,
+                   precision=PRECISIONS[precision], compiled=mode.wrap is not None)
 
 
 _BUILT: dict[SubjectSpec, Subject] = {}
@@ -87,16 +99,37 @@ def plan_cells(subjects: Sequence[tuple[SubjectSpec, Sequence[str]]], dtypes: Se
     ]
 
 
-def run_cell(task: CellTask) -> CellResult:
-    """Fuzz one cell and print a progress line for it."""
-    subject = build_subject(task.subject)
+def snippet_source(subject: Subject) -> SnippetSource:
+    return SnippetSource(subject.name, subject.adapter.name, subject.import_lines, subject.function_name,
+                         subject.wrap, tuple(subject.adapter.layouts), subject.precision.name)
+
+
+def watch_subject(subject: Subject, watcher: Watcher) -> Subject:
+    """The subject with every call of its function (and every VJP) run through `watcher`."""
+    adapter = WatchedAdapter(subject.adapter, watcher)
+    return replace(subject, function=watched(subject.function, adapter), adapter=adapter)
+
+
+def fuzz_task(subject: Subject, task: CellTask, watcher: Watcher) -> CellResult:
+    """Fuzz one cell of `subject`; a call that overruns the watcher's time limit fails the cell with its case."""
     if (task.check == "gradients" and not subject.has_gradients) or task.dtype not in subject.supported_dtypes:
         return CellResult(subject.name, task.device, task.dtype, task.check, applicable=False)
-    cell = fuzz_cell(subject, dtype=task.dtype, device=task.device, layouts=subject.adapter.layouts,
-                     max_examples=task.examples, seed=task.seed, check=task.check,
-                     example_check=gradient_example if task.check == "gradients" else None)
-    status = "ok" if cell.ok else f"FAIL ({len(cell.bugs)} distinct)"
+    started = time.perf_counter()
+    try:
+        cell = fuzz_cell(watch_subject(subject, watcher), dtype=task.dtype, device=task.device,
+                         layouts=subject.adapter.layouts, max_examples=task.examples, seed=task.seed,
+                         check=task.check, example_check=gradient_example if task.check == "gradients" else None)
+    except CallTimedOut as stopped:
+        cell = interrupted_cell(snippet_source(subject), task.device, task.dtype, task.check, stopped.call,
+                                timed_out(stopped.seconds, stopped.call), TIMEOUT,
+                                seconds=time.perf_counter() - started)
+    status = "ok" if cell.ok else f"FAIL ({len(cell.bugs) or 1} distinct)"
     print(f"  {task.check} of {subject.name} on {task.device} in {task.dtype}: {status}, {cell.examples} examples, "
           f"worst err/tol {cell.worst:.3g}, {cell.worst_ulps:.3g} ulp, {cell.seconds:.1f} s",
           file=sys.stderr, flush=True)
     return cell
+
+
+def run_cell(task: CellTask, watcher: Watcher) -> CellResult:
+    """Fuzz one cell of a subject named by its spec (built once per process), printing a progress line."""
+    return fuzz_task(build_subject(task.subject), task, watcher)

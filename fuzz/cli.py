@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
 from collections.abc import Sequence
 
+from fuzz.calls import DEFAULT_TIMEOUT
 from fuzz.campaign import CellResult
 from fuzz.cells import FRAMEWORK_CHOICES, CellTask, SubjectSpec, build_subject, plan_cells
 from fuzz.loader import LoadError
@@ -18,6 +20,7 @@ from fuzz.tolerance import CONTRACT, PRECISIONS
 from impls.dtypes import DTYPE_NAMES
 from impls.registry import BUILTIN_NAMES, get_implementation
 
+COUNTEREXAMPLE = 1
 INTERNAL_ERROR = 3
 
 
@@ -42,6 +45,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
 def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> None:
     jobs = default_jobs()
     parser.add_argument("--dtypes", type=_csv(DTYPE_NAMES, "--dtypes"), default=list(DTYPE_NAMES),
@@ -56,30 +69,32 @@ def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> N
                         help="examples per gradient cell (default: half of --max-examples)")
     parser.add_argument("--jobs", type=_positive_int, default=jobs,
                         help=f"worker processes, one cell each at a time (default: min(2, cores) = {jobs})")
+    parser.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help="time limit of one call of the function, a first compile included; a call that "
+                        f"overruns fails its cell (default {DEFAULT_TIMEOUT:g})")
 
 
-def campaign_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m fuzz",
-        description="Fuzz every available built-in implementation against the float64 reference and print a "
-        "conformance matrix. Exit 0 only if everything conforms. Use `python -m fuzz check --help` to fuzz "
-        "your own implementation.",
-    )
+CAMPAIGN_HELP = ("Fuzz every available built-in implementation against the float64 reference and print a "
+                 "conformance matrix. Exit 0 only if everything conforms.")
+CHECK_HELP = ("Fuzz one implementation with the contract's signature against the float64 reference. "
+              "Exit 0: conforms; 1: counterexample found (printed as a runnable snippet); 2: usage or load error; "
+              "3: the fuzzer itself failed.")
+SUBCOMMANDS = ("campaign", "check")
+
+
+def _add_campaign(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("campaign", help="(the default) fuzz every built-in implementation",
+                                   description=CAMPAIGN_HELP)
     parser.add_argument("--implementations", type=_csv(BUILTIN_NAMES, "--implementations"),
                         default=list(BUILTIN_NAMES), help="comma-separated built-ins (default: all available)")
     _common_options(parser, default_examples=40)
     parser.add_argument("--no-gradients", dest="gradients", action="store_false",
                         help="skip the gradient checks of the differentiable built-ins")
-    return parser
+    parser.set_defaults(run=campaign)
 
 
-def check_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m fuzz check",
-        description="Fuzz one implementation with the contract's signature against the float64 reference. "
-        "Exit 0: conforms; 1: counterexample found (printed as a runnable snippet); 2: usage or load error; "
-        "3: the fuzzer itself failed.",
-    )
+def _add_check(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("check", help="fuzz your own implementation (TARGET)", description=CHECK_HELP)
     parser.add_argument("target", metavar="TARGET", help="package.module:function or path/to/file.py:function")
     parser.add_argument("--framework", required=True, choices=FRAMEWORK_CHOICES,
                         help="the framework the function takes; torch-compile and jax run it compiled: "
@@ -93,7 +108,38 @@ def check_parser() -> argparse.ArgumentParser:
                         "the output dtype (docs/tolerance.md)")
     parser.add_argument("--fail-fast", action="store_true",
                         help="stop at the first failing cell to finish instead of filling the whole matrix")
+    parser.set_defaults(run=check)
+
+
+def build_parser(prog: str = "python -m fuzz") -> argparse.ArgumentParser:
+    """The command line: subcommands `campaign` (the default when none is named) and `check`."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Differential testing of sequence-summed vs token-averaged normalization against an exact "
+        "float64 reference. Without a subcommand, runs `campaign` (its options may follow directly). Exit 0: "
+        f"conforms; {COUNTEREXAMPLE}: a counterexample; 2: usage or load error; {INTERNAL_ERROR}: the fuzzer "
+        "itself failed.",
+    )
+    subparsers = parser.add_subparsers(title="subcommands", dest="command", metavar="{campaign,check}")
+    _add_campaign(subparsers)
+    _add_check(subparsers)
     return parser
+
+
+def parse(argv: Sequence[str], prog: str = "python -m fuzz") -> argparse.Namespace:
+    """Parse a command line. One that names no subcommand is the campaign's (`make fuzz ARGS=...`): argparse
+    has no default subcommand, so it is named here, before argparse sees the arguments."""
+    argv = list(argv)
+    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help")):
+        argv = ["campaign", *argv]
+    return build_parser(prog).parse_args(argv)
+
+
+def check_parser() -> argparse.ArgumentParser:
+    """The `check` subcommand's parser (tests build check runs from it)."""
+    parser = build_parser()
+    subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return subparsers.choices["check"]
 
 
 def _gradient_examples(args: argparse.Namespace) -> int:
@@ -112,8 +158,7 @@ def _finish(results: list[CellResult], args: argparse.Namespace, notes: dict[str
     return 0 if all(cell.ok for cell in results) else 1
 
 
-def campaign(argv: Sequence[str]) -> int:
-    args = campaign_parser().parse_args(argv)
+def campaign(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     subjects, notes, skipped, compiled = [], {}, {}, set()
     for name in args.implementations:
@@ -133,7 +178,8 @@ def campaign(argv: Sequence[str]) -> int:
           f"{args.jobs} worker(s)", file=sys.stderr)
     tasks = plan_cells(subjects, args.dtypes, args.devices, args.max_examples, args.seed, args.gradients,
                        _gradient_examples(args))
-    results = run_cells(tasks, jobs=args.jobs, priority=lambda task: task.subject.name in compiled)
+    results = run_cells(tasks, jobs=args.jobs, timeout=args.timeout,
+                        priority=lambda task: task.subject.name in compiled)
     elapsed = time.perf_counter() - started
     print(f"\nConformance matrix ({elapsed:.0f} s)")
     return _finish(results, args, notes, {"command": "campaign", "seconds": elapsed, "skipped": skipped,
@@ -151,11 +197,10 @@ def check_tasks(args: argparse.Namespace) -> list[CellTask]:
 
 def run_check(args: argparse.Namespace) -> list[CellResult]:
     """Run a parsed `check` command's cells; raises LoadError when the target does not load."""
-    return run_cells(check_tasks(args), jobs=args.jobs, fail_fast=args.fail_fast)
+    return run_cells(check_tasks(args), jobs=args.jobs, fail_fast=args.fail_fast, timeout=args.timeout)
 
 
-def check(argv: Sequence[str]) -> int:
-    args = check_parser().parse_args(argv)
+def check(args: argparse.Namespace) -> int:
     try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
         adapter = build_subject(SubjectSpec(args.target, args.framework, args.precision)).adapter
         if args.gradients and not adapter.differentiable:
@@ -174,9 +219,13 @@ def check(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """`python -m fuzz` and the installed `lossnorm-fuzz`: the exit status of the command."""
+    # Worker processes share a GPU: JAX must not reserve 75% of its memory in each (nor in this one).
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    prog = "python -m fuzz" if argv is None and sys.argv[0].endswith("__main__.py") else "lossnorm-fuzz"
+    args = parse(sys.argv[1:] if argv is None else argv, prog)  # usage errors exit 2 here (argparse)
     try:
-        return check(argv[1:]) if argv and argv[0] == "check" else campaign(argv)
+        return args.run(args)
     except Exception:  # the harness's own failure: never to be read as a verdict on the implementation
         traceback.print_exc()
         print("internal error: the fuzzer itself failed (exit 3), which says nothing about the implementation; "

@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,16 @@ class Target:
 
 
 def load_target(spec: str) -> Target:
+    """The function `spec` names. Loading it writes no `__pycache__/` next to the user's files: nothing of
+    the suite's may appear in their working tree."""
+    dont_write_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        return _load_target(spec)
+    finally:
+        sys.dont_write_bytecode = dont_write_bytecode
+
+
+def _load_target(spec: str) -> Target:
     location, sep, name = spec.rpartition(":")
     if not sep or not location or not name.isidentifier():
         raise LoadError(f"TARGET must look like package.module:function or path/to/file.py:function, got {spec!r}")
@@ -50,6 +61,10 @@ def load_target(spec: str) -> Target:
             f"{name} = _module.{name}",
         )
     else:
+        # `python -m fuzz` puts the current directory on sys.path; the installed command does not, and a
+        # user's `my_pkg.losses` is usually found there.
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
         try:
             module = importlib.import_module(location)
         except ModuleNotFoundError as error:
@@ -63,3 +78,29 @@ def load_target(spec: str) -> Target:
     if not callable(function) or inspect.isclass(function):
         raise LoadError(f"{location}:{name} is a {type(function).__name__}, not a function")
     return Target(spec, function, import_lines, name)
+
+
+def import_lines_for(function: Callable[..., Any]) -> tuple[str, ...]:
+    """Python that makes `function` available, by its __name__, in a snippet run on its own: imported from
+    its module's file (found from any directory), or, for a function defined inside another one, its
+    source after its module's names; a function without source gets a comment saying to define it."""
+    module = inspect.getmodule(function)
+    name = getattr(function, "__name__", "function")
+    path = getattr(module, "__file__", None)
+    lines: tuple[str, ...] = ()
+    if path:
+        lines = (
+            "import importlib.util",
+            f"_spec = importlib.util.spec_from_file_location('_fuzz_target', {os.path.abspath(path)!r})",
+            "_module = importlib.util.module_from_spec(_spec)",
+            "_spec.loader.exec_module(_module)",
+        )
+    if "<locals>" not in getattr(function, "__qualname__", "<locals>") and path:
+        return (*lines, f"{name} = _module.{name}")
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+    except (OSError, TypeError):
+        return (*lines, f"# {name} is not importable and its source is unknown: define it here", f"{name} = None")
+    # its source needs its module's names (the helpers it calls) around it
+    prelude = (*lines, "globals().update({k: v for k, v in vars(_module).items() if not k.startswith('__')})")
+    return (*(prelude if path else ()), *source.rstrip().splitlines())

@@ -1,25 +1,39 @@
-"""Run cells one after another in this process, or over worker processes.
+"""Run cells in worker processes, always: the function under test runs where its crash or hang cannot take
+the run with it, even with one cell and one worker.
 
 Compiling (torch.compile's C++ kernels, XLA) dominates a run, and one cell compiles on about one core: two
-workers on two cores nearly halve the time. Workers are spawned, never forked (torch and JAX have
-started threads by then), and each builds its subjects once, so the graphs one cell compiled serve the
-next cell of that worker. A worker that dies (a crash in the function under test, `os._exit`, the
-kernel's OOM killer) fails the cells it left unfinished instead of hanging the run.
+workers on two cores nearly halve the time. Workers are spawned, never forked (torch and JAX have started
+threads by then); each builds its subjects once, so the graphs one cell compiled serve the next cell of
+that worker, and it lives for the whole run (spawning one costs 2 to 4 s of imports).
+
+Each worker tells this process when a call of the function starts (with its case) and ends. A call that
+overruns the time limit gets its worker killed; a worker that dies (a segfault, `os._exit`, the kernel's
+OOM killer) fails the cell it was running. Either way the cell's report names the case that was running,
+and a fresh worker takes the cells left.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import contextlib
 import multiprocessing
+import os
+import tempfile
+import time
+import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection, wait
+from typing import Any
 
+from fuzz.calls import DEFAULT_TIMEOUT, Call, Watcher
 from fuzz.campaign import CellResult
-from fuzz.cells import CellTask, run_cell
+from fuzz.cells import CellTask, build_subject, run_cell, snippet_source
+from fuzz.interrupted import CRASH, TIMEOUT, SnippetSource, died, interrupted_cell, timed_out
 from impls.cores import usable_cores
 
-WORKER_DIED = ("a worker process died before this cell finished (a crash, an exit or a kill in the function "
-               "under test?); run with --jobs 1 to see which cell does it")
+
+class WorkerError(RuntimeError):
+    """The harness failed inside a worker (not the function under test): its traceback, for exit 3."""
 
 
 def default_jobs() -> int:
@@ -27,47 +41,160 @@ def default_jobs() -> int:
     return min(2, usable_cores())
 
 
-def _died(task: CellTask) -> CellResult:
-    return CellResult(task.subject.name, task.device, task.dtype, task.check, problems=[WORKER_DIED])
+class PipeWatcher(Watcher):
+    """In a worker: tell the parent when a call starts (and on what) and when it ends."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+    def run(self, call: Call, thunk: Callable[[], Any]) -> Any:
+        self.connection.send(("call", call))  # a case is at most a few hundred KB: cheap next to the call
+        try:
+            return thunk()
+        finally:
+            self.connection.send(("return", None))
 
 
-def run_cells(tasks: Sequence[CellTask], *, jobs: int, fail_fast: bool = False,
+def _worker_main(connection: Connection, storage: str) -> None:
+    # Hypothesis writes caches (the constants it mines from source files) under its storage directory,
+    # `.hypothesis/` in the current directory by default: keep them in the run's temporary directory.
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = storage
+    watcher = PipeWatcher(connection)
+    while True:
+        task = connection.recv()
+        if task is None:
+            return
+        try:
+            connection.send(("subject", snippet_source(build_subject(task.subject))))
+            connection.send(("result", run_cell(task, watcher)))
+        except BaseException:  # the harness's own failure (the function's are verdicts): the parent exits 3
+            connection.send(("error", traceback.format_exc()))
+            return
+
+
+class _Worker:
+    """The parent's view of one worker process and the cell it runs."""
+
+    def __init__(self, context: Any, storage: str) -> None:
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=_worker_main, args=(child, storage), name="lossnorm-fuzz worker")
+        self.process.start()
+        child.close()
+        self.index: int | None = None
+        self.task: CellTask | None = None
+        self.source: SnippetSource | None = None
+        self.call: Call | None = None
+        self.call_started: float | None = None
+        self.cell_started = 0.0
+
+    def assign(self, index: int, task: CellTask) -> None:
+        self.index, self.task, self.source, self.call, self.call_started = index, task, None, None, None
+        self.cell_started = time.monotonic()
+        self.connection.send(task)
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()  # not terminate: a hung C extension may never act on SIGTERM
+        self.process.join()
+        self.connection.close()
+
+
+def _failed(worker: _Worker, failure: str, kind: str, call: Call | None) -> CellResult:
+    """The worker's cell, failed; with a snippet of `call` where the worker had described its subject."""
+    task = worker.task
+    assert task is not None
+    source = worker.source or SnippetSource(task.subject.name, "", (), "", None, ())
+    call = call if worker.source is not None else None
+    return interrupted_cell(source, task.device, task.dtype, task.check, call, failure, kind,
+                            seconds=time.monotonic() - worker.cell_started)
+
+
+def run_cells(tasks: Sequence[CellTask], *, jobs: int, fail_fast: bool = False, timeout: float = DEFAULT_TIMEOUT,
               priority: Callable[[CellTask], int] = lambda task: 0) -> list[CellResult]:
-    """Every task's result, in the tasks' order. Higher `priority` starts first (put the slow cells first so
-    that no worker is left with a long one at the end). With `fail_fast`, stop at the first failing cell
-    to finish: the results so far are returned and the cells still running are abandoned."""
-    if jobs <= 1 or len(tasks) <= 1:
-        results = []
-        for task in tasks:
-            results.append(run_cell(task))
-            if fail_fast and not results[-1].ok:
-                break
-        return results
-    order = sorted(range(len(tasks)), key=lambda i: -priority(tasks[i]))
+    """Every task's result, in the tasks' order, each cell run in a worker process (at most `jobs` of them).
+    Higher `priority` starts first (the slow cells first, so no worker is left with a long one at the end).
+    A call of the function that runs longer than `timeout` seconds fails its cell. With `fail_fast`, stop at
+    the first failing cell to finish: the results so far are returned and the cells still running are
+    abandoned. Raises WorkerError if the harness itself failed in a worker."""
+    pending = deque(sorted(range(len(tasks)), key=lambda i: -priority(tasks[i])))
     done: dict[int, CellResult] = {}
     context = multiprocessing.get_context("spawn")
-    pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=context)
-    try:
-        futures = {pool.submit(run_cell, tasks[i]): i for i in order}
-        for future in concurrent.futures.as_completed(futures):
-            index = futures[future]
-            try:
-                done[index] = future.result()
-            except BrokenProcessPool:
-                done[index] = _died(tasks[index])
-            if fail_fast and not done[index].ok:
-                break
-    finally:
-        _stop(pool)
+    workers: list[_Worker] = []
+    with tempfile.TemporaryDirectory(prefix="lossnorm-fuzz-") as storage:
+        try:
+            while pending or any(worker.task for worker in workers):
+                for worker in workers:
+                    if worker.task is None and pending:
+                        index = pending.popleft()
+                        worker.assign(index, tasks[index])
+                while pending and len(workers) < min(jobs, len(tasks)):
+                    workers.append(_Worker(context, storage))
+                    index = pending.popleft()
+                    workers[-1].assign(index, tasks[index])
+                finished = _wait_for_news(workers, timeout)
+                for worker, result in finished:
+                    assert worker.index is not None
+                    done[worker.index] = result
+                    worker.index = worker.task = None
+                    if not worker.process.is_alive():
+                        worker.stop()
+                        workers.remove(worker)
+                if fail_fast and any(not result.ok for _, result in finished):
+                    break
+        finally:
+            for worker in workers:
+                if worker.task is None and worker.process.is_alive():
+                    with contextlib.suppress(OSError):  # a clean exit lets the worker flush its output
+                        worker.connection.send(None)
+            for worker in workers:
+                if worker.task is None:
+                    worker.process.join(timeout=5)
+                worker.stop()
     return [done[i] for i in sorted(done)]
 
 
-def _stop(pool: concurrent.futures.ProcessPoolExecutor) -> None:
-    """Cancel what has not started and end the workers now: an abandoned compiled cell can take a minute."""
-    processes = list(getattr(pool, "_processes", {}).values())  # the executor has no public terminate
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join()
+def _wait_for_news(workers: list[_Worker], timeout: float) -> list[tuple[_Worker, CellResult]]:
+    """Wait until a busy worker says something, dies, or overruns a call; return the cells that ended."""
+    busy = [worker for worker in workers if worker.task is not None]
+    deadlines = [worker.call_started + timeout for worker in busy if worker.call_started is not None]
+    wait_for = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+    wait([handle for worker in busy for handle in (worker.connection, worker.process.sentinel)], wait_for)
+    finished = []
+    for worker in busy:
+        alive = worker.process.is_alive()  # before reading: what a dead worker sent is all in the pipe by then
+        result = _read(worker)
+        if result is None and worker.call_started is not None and time.monotonic() >= worker.call_started + timeout:
+            call = worker.call
+            assert call is not None
+            worker.process.kill()
+            worker.process.join()
+            result = _failed(worker, timed_out(timeout, call), TIMEOUT, call)
+        if result is None and not alive:
+            worker.process.join()
+            call = worker.call if worker.call_started is not None else None
+            result = _failed(worker, died(worker.process.exitcode, call), CRASH, call)
+        if result is not None:
+            finished.append((worker, result))
+    return finished
+
+
+def _read(worker: _Worker) -> CellResult | None:
+    """Handle what the worker has sent so far; its cell's result once it has sent one."""
+    while True:
+        try:
+            if not worker.connection.poll():
+                return None
+            kind, payload = worker.connection.recv()
+        except (EOFError, OSError):  # the worker died; the caller sees it in its exit code
+            return None
+        if kind == "subject":
+            worker.source = payload
+        elif kind == "call":
+            worker.call = payload
+            worker.call_started = time.monotonic()
+        elif kind == "return":
+            worker.call_started = None
+        elif kind == "result":
+            return payload
+        elif kind == "error":
+            raise WorkerError(f"a worker process failed:\n{payload}")

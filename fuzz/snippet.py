@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from fuzz.failures import for_terminal
 from fuzz.tolerance import GradientTolerance, Tolerance
 from impls.case import Case
-from impls.layouts import STORAGE_OFFSET
+from impls.dtypes import numpy_dtype
+from impls.layouts import numpy_writeable, strided_view
 from reference import OUTPUT_KEYS, Expected, Gradients
 
 
@@ -19,35 +21,22 @@ def _bool_literal(values: np.ndarray) -> str:
     return repr(np.asarray(values, dtype=bool).tolist())
 
 
-def _layout_expression(framework: str, values: np.ndarray, layout: str, make: str, poison: str) -> str:
-    """An expression that builds `values` in `layout` with `make(list)` (the framework's constructor)."""
+def _layout_expression(framework: str, values: np.ndarray, layout: str, make: str, poison: str,
+                       dtype: str) -> str:
+    """An expression that builds `values` in `layout` exactly as the fuzzer did: contiguous as a nested
+    literal; an empty array or any other layout as impls/layouts.py's buffer (the poison, NaN or True, in
+    the gaps the layout skips) and an as_strided view over it with the layout's shape, strides and offset."""
     lit = _bool_literal if poison == "True" else _literal
-    if values.size == 0:
-        return make.format("[]") + f".reshape{values.shape}"
-    if layout == "contiguous":
+    if layout == "contiguous" and values.size:
         return make.format(lit(values))
-    if layout == "transposed":
-        return make.format(lit(values.T)) + (".T" if values.ndim == 2 else "")
-    if layout == "step-sliced":
-        if values.ndim == 1:
-            padded = np.stack([values, values], axis=1).reshape(-1)
-            return make.format(lit(padded)) + "[::2]"
-        padded = np.repeat(np.repeat(values, 2, axis=0), 2, axis=1)
-        return make.format(lit(padded)) + "[::2, ::2]"
-    if layout == "expanded":
-        expand = "expand" if framework == "torch" else "broadcast_to"
-        row = values[:1]
-        if framework == "torch":
-            return make.format(lit(row)) + f".{expand}{values.shape}"
-        return f"np.broadcast_to({make.format(lit(row))}, {values.shape})"
-    if layout == "offset":
-        flat = np.concatenate([np.zeros(STORAGE_OFFSET, values.dtype), values.reshape(-1)])
-        reshape = "view" if framework == "torch" else "reshape"
-        return make.format(lit(flat)) + f"[{STORAGE_OFFSET}:].{reshape}{values.shape}"
-    if layout == "negative-strides":
-        flipped = values[::-1, ::-1] if values.ndim == 2 else values[::-1]
-        return make.format(lit(flipped)) + ("[::-1, ::-1]" if values.ndim == 2 else "[::-1]")
-    raise ValueError(layout)
+    view = strided_view(values, layout, True if poison == "True" else np.nan)
+    buffer = make.format(lit(view.buffer))
+    if framework == "torch":
+        return f"{buffer}.as_strided({view.shape}, {view.strides}, {view.offset})"
+    itemsize = 1 if poison == "True" else numpy_dtype(dtype).itemsize
+    byte_strides = tuple(stride * itemsize for stride in view.strides)
+    return (f"np.lib.stride_tricks.as_strided({buffer}[{view.offset}:], {view.shape}, {byte_strides}, "
+            f"writeable={numpy_writeable(view)})")
 
 
 def _constructors(framework: str, case: Case) -> tuple[list[str], str, str]:
@@ -87,20 +76,27 @@ def _gradient_lines(framework: str, function_name: str, cotangents: dict[str, np
         lines += [
             "token_log_probs.requires_grad_(True)",
             "advantages.requires_grad_(True)",
-            f"out = {function_name}(token_log_probs, advantages, token_mask)",
-            f"keys = [k for k in {list(OUTPUT_KEYS)!r} if out[k].requires_grad]",
-            "grads = torch.autograd.grad([out[k] for k in keys], [token_log_probs, advantages], allow_unused=True,",
-            "    grad_outputs=[torch.tensor(globals()['cotangent_' + k], dtype=out[k].dtype, device=out[k].device)",
-            "                  for k in keys])",
-            "grads = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, (token_log_probs, advantages))]",
+            "",
+            "def forward_and_backward():",
+            f"    out = {function_name}(token_log_probs, advantages, token_mask)",
+            f"    keys = [k for k in {list(OUTPUT_KEYS)!r} if out[k].requires_grad]",
+            "    grads = torch.autograd.grad([out[k] for k in keys], [token_log_probs, advantages], allow_unused=True,",
+            "        grad_outputs=[torch.tensor(globals()['cotangent_' + k], dtype=out[k].dtype, device=out[k].device)",
+            "                      for k in keys])",
+            "    inputs = (token_log_probs, advantages)",
+            "    return [torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs)]",
         ]
     else:
         lines += [
-            "out, pullback = jax.vjp(lambda lp, adv: "
+            "",
+            "def forward_and_backward():",
+            "    out, pullback = jax.vjp(lambda lp, adv: "
             f"{function_name}(lp, adv, token_mask), token_log_probs, advantages)",
-            "grads = pullback({k: jnp.asarray(globals()['cotangent_' + k], dtype=v.dtype) for k, v in out.items()})",
+            "    return pullback({k: jnp.asarray(globals()['cotangent_' + k], dtype=v.dtype) for k, v in out.items()})",
         ]
     lines += [
+        "",
+        *_call_lines(function_name, "grads", "forward_and_backward()"),
         "# exact float64 gradients, and the tolerance the suite's error model allows for each element",
         f"expected_grads = [np.array({_literal(gradients.token_log_probs)}),",
         f"                  np.array({_literal(gradients.advantages)})]",
@@ -114,6 +110,27 @@ def _gradient_lines(framework: str, function_name: str, cotangents: dict[str, np
         "assert not problems, '\\n'.join(problems)",
     ]
     return lines
+
+
+def _failure_comments(failures: list[str]) -> list[str]:
+    """`# FAILED: ...` for each failure, every line of a multi-line message commented (a compiler's output
+    shortened to its first and last lines: the JSON report has it whole)."""
+    lines = []
+    for failure in failures:
+        first, *rest = for_terminal(failure).splitlines() or [""]
+        lines += [f"# FAILED: {first}", *[f"#   {line}".rstrip() for line in rest]]
+    return lines
+
+
+def _call_lines(function_name: str, target: str, call: str) -> list[str]:
+    """`target = call`, where an exception from the function, or anything but a dict, fails an assertion
+    (the snippet fails with AssertionError whatever went wrong, the original error chained to it)."""
+    return [
+        "try:",
+        f"    {target} = {call}",
+        "except Exception as error:",
+        f"    raise AssertionError(f'{function_name} raised {{type(error).__name__}}: {{error}}') from error",
+    ]
 
 
 def render_snippet(
@@ -135,18 +152,18 @@ def render_snippet(
     imports, make_float, make_bool = _constructors(framework, case)
     lines = [
         "# Counterexample found by `python -m fuzz` (run from the suite's checkout if the import needs it).",
-        *[f"# FAILED: {failure}" for failure in failures],
+        *_failure_comments(failures),
         f"# dtype {case.dtype}, device {case.device}, layout {case.layout}, shape {case.shape}",
         "from math import inf, nan",
         *dict.fromkeys(["import numpy as np", *imports, *import_lines]),  # in order, without repeats
     ]
     if wrap is not None:  # the compiled mode's wrapping, e.g. "jax.jit({})"
         lines.append(f"{function_name} = {wrap.format(function_name)}")
+    inputs = [(name, make_float, "nan") for name in ("token_log_probs", "advantages")]
     lines += [
         "",
-        f"token_log_probs = {_layout_expression(framework, case.token_log_probs, case.layout, make_float, 'nan')}",
-        f"advantages = {_layout_expression(framework, case.advantages, case.layout, make_float, 'nan')}",
-        f"token_mask = {_layout_expression(framework, case.token_mask, case.layout, make_bool, 'True')}",
+        *[f"{name} = {_layout_expression(framework, getattr(case, name), case.layout, make, poison, case.dtype)}"
+          for name, make, poison in [*inputs, ("token_mask", make_bool, "True")]],
         "",
         f"def as_float64(x):\n    return {_to_numpy(framework)}",
         "",
@@ -156,7 +173,12 @@ def render_snippet(
         return "\n".join(lines) + "\n"
     lines += [
         "inputs_before = [as_float64(x) for x in (token_log_probs, advantages, token_mask)]",
-        f"out = {function_name}(token_log_probs, advantages, token_mask)",
+        # torch counts in-place writes: one that changes nothing (an empty tensor, an equal value) shows there
+        *(["versions_before = [x._version for x in (token_log_probs, advantages, token_mask)]"]
+          if framework == "torch" else []),
+        *_call_lines(function_name, "out", f"{function_name}(token_log_probs, advantages, token_mask)"),
+        f"assert isinstance(out, dict) and all(key in out for key in {list(OUTPUT_KEYS)!r}), \\",
+        "    f'returned {type(out).__name__} {out!r:.200}, expected a dict of the three outputs'",
         "# exact float64 results, and the tolerance the suite's error model allows for each element",
     ]
     for key in OUTPUT_KEYS:
@@ -177,6 +199,11 @@ def render_snippet(
         "                           (token_log_probs, advantages, token_mask)):",
         "    if not np.array_equal(before, as_float64(x), equal_nan=True):",
         "        problems.append(f'{name} was modified in place')",
+        *(["for name, before, x in zip(['token_log_probs', 'advantages', 'token_mask'], versions_before,",
+           "                           (token_log_probs, advantages, token_mask)):",
+           "    if x._version != before:",
+           "        problems.append(f'{name} was written in place (its version counter moved)')"]
+          if framework == "torch" else []),
         "assert not problems, '\\n'.join(problems)",
     ]
     return "\n".join(lines) + "\n"

@@ -159,6 +159,9 @@ def draw_case(
     if rows != batch:
         log_probs, mask = np.repeat(log_probs, batch, axis=0), np.repeat(mask, batch, axis=0)
         advantages = np.repeat(advantages, batch)
+    if batch == 0 or tokens == 0:  # the drawn mask kind is vacuous there: say what the mask is
+        empty = "no rows (batch 0)" if batch == 0 else "every row has no tokens (tokens 0)"
+        story = [(label, empty if label == "mask" else value) for label, value in story]
     return Case(
         token_log_probs=log_probs.reshape(batch, tokens),
         advantages=advantages.reshape(batch),

@@ -66,11 +66,16 @@ def strided_view(values: np.ndarray, layout: str, poison: object) -> StridedView
 
 
 def numpy_view(view: StridedView) -> np.ndarray:
-    if 0 in view.shape:
-        return np.empty(view.shape, dtype=view.buffer.dtype)
+    """The view over its buffer; an empty one keeps the layout's strides too (a (2, 0) transposed array has
+    strides (1, 2) elements, as in torch), so code that depends on strides sees them at every size."""
     return np.lib.stride_tricks.as_strided(
         view.buffer[view.offset :],
         view.shape,
         [s * view.buffer.itemsize for s in view.strides],
-        writeable=0 not in view.strides,  # like np.broadcast_to: aliased elements are read-only
+        writeable=numpy_writeable(view),
     )
+
+
+def numpy_writeable(view: StridedView) -> bool:
+    """Like np.broadcast_to: an array whose elements alias each other (a stride of 0) is read-only."""
+    return 0 not in view.strides or 0 in view.shape

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -99,7 +100,95 @@ def test_a_function_that_kills_its_worker_fails_instead_of_hanging(tmp_path):
     result = run_fuzz("check", f"{path}:f", "--framework", "numpy", "--jobs", "2", "--json", str(tmp_path / "r.json"))
     assert result.returncode == 1, result.stdout + result.stderr
     cells = json.loads((tmp_path / "r.json").read_text())["cells"]
-    assert len(cells) == 4 and all("worker process died" in cell["failures"][0] for cell in cells)
+    assert len(cells) == 4
+    assert all("worker process exited with status 3 during a forward call" in cell["failures"][0] for cell in cells)
+    assert all("token_log_probs =" in cell["snippet"] for cell in cells)  # the case it was running
+
+
+MISBEHAVING = """
+        import ctypes
+        import time
+
+        import numpy as np
+
+        def segfaults(lp, adv, mask):
+            ctypes.string_at(0)  # reads address 0: SIGSEGV
+
+        def sleeps(lp, adv, mask):
+            time.sleep(3600)
+
+        def spins_in_c(lp, adv, mask):  # never returns, and never lets a signal handler run
+            ctypes.CDLL(None).pause()
+
+        def forgets_return(lp, adv, mask):
+            np.where(mask, lp, 0).sum(-1)
+
+        def returns_tuple(lp, adv, mask):
+            return (lp.sum(-1), lp.sum(-1), lp.sum())
+
+        def returns_list(lp, adv, mask):
+            return [lp]
+
+        def returns_int(lp, adv, mask):
+            return 0
+
+        def returns_dict_of_strings(lp, adv, mask):
+            return {"sequence_summed": "a", "token_averaged": "b", "magnitude_ratio": "c"}
+
+        def returns_dict_of_wrong_sizes(lp, adv, mask):
+            return {"sequence_summed": lp, "token_averaged": adv[:0], "magnitude_ratio": lp}
+    """
+
+
+@pytest.mark.parametrize("dtypes", ["float32", "float32,float64"], ids=["one-cell", "two-cells"])
+@pytest.mark.parametrize(("function", "failure"), [
+    ("segfaults", "worker process was killed by SIGSEGV during a forward call"),
+    ("forgets_return", "returned NoneType, expected a dict"),
+])
+def test_a_crash_or_a_forgotten_return_is_the_functions_failure(tmp_path, function, failure, dtypes):
+    path = write(tmp_path, "misbehaving.py", MISBEHAVING)
+    result = run_fuzz("check", f"{path}:{function}", "--framework", "numpy", "--dtypes", dtypes, "--jobs", "2",
+                      "--json", str(tmp_path / "r.json"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    cells = json.loads((tmp_path / "r.json").read_text())["cells"]
+    assert len(cells) == dtypes.count(",") + 1
+    assert all(failure in cell["failures"][0] and "token_log_probs =" in cell["snippet"] for cell in cells)
+
+
+@pytest.mark.parametrize("function", ["returns_tuple", "returns_list", "returns_int", "returns_dict_of_strings",
+                                      "returns_dict_of_wrong_sizes"])
+def test_every_wrong_return_value_is_the_functions_failure(tmp_path, function):
+    path = write(tmp_path, "misbehaving.py", MISBEHAVING)
+    result = run_fuzz("check", f"{path}:{function}", "--framework", "numpy", "--dtypes", "float32", "--jobs", "1")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "=== FAIL" in result.stdout
+
+
+@pytest.mark.parametrize("function", ["sleeps", "spins_in_c"])
+def test_a_call_that_never_returns_fails_within_the_time_limit(tmp_path, function):
+    path = write(tmp_path, "misbehaving.py", MISBEHAVING)
+    started = time.monotonic()
+    result = run_fuzz("check", f"{path}:{function}", "--framework", "numpy", "--dtypes", "float32", "--timeout", "2",
+                      "--json", str(tmp_path / "r.json"))
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert elapsed < 2 + 10, elapsed  # the limit, plus starting Python twice
+    cell = json.loads((tmp_path / "r.json").read_text())["cells"][0]
+    assert "did not return within 2 s" in cell["failures"][0]
+    assert cell["counterexample"] and f"= {function}(token_log_probs, advantages, token_mask)" in cell["snippet"]
+
+
+def test_check_writes_nothing_where_it_runs(tmp_path):
+    """No `.hypothesis/` (Hypothesis' caches), no `__pycache__/`: `git status` in the user's directory stays clean."""
+    write(tmp_path, "padded.py", PADDED_WIDTH_BUG)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "padded.py"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "f"], cwd=tmp_path, check=True)
+    result = run_fuzz("check", "padded.py:f", "--framework", "numpy", "--dtypes", "float32", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    status = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=tmp_path,
+                            capture_output=True, text=True, check=True).stdout
+    assert status == "", status
 
 
 def test_a_function_that_raises_system_exit_is_a_failure_not_an_exit(tmp_path):
@@ -110,5 +199,14 @@ def test_a_function_that_raises_system_exit_is_a_failure_not_an_exit(tmp_path):
 
 
 def test_every_command_has_help():
-    assert "conformance matrix" in run_fuzz("--help").stdout
+    top = run_fuzz("--help").stdout
+    assert "campaign" in top and "check" in top and "Exit 0" in top
+    assert "conformance matrix" in run_fuzz("campaign", "--help").stdout
     assert "--framework" in run_fuzz("check", "--help").stdout
+    assert "--timeout SECONDS" in run_fuzz("check", "--help").stdout
+
+
+def test_without_a_subcommand_the_campaign_runs():
+    result = run_fuzz("--implementations", "numpy", "--dtypes", "float64", "--max-examples", "5")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Conformance matrix" in result.stdout and "numpy" in result.stdout

@@ -5,6 +5,9 @@ any budget); gradient bugs pass the forward check and fail `--gradients`."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,6 +49,13 @@ def _run_check(path: Path, framework: str, *options: str):
     return run_check(args)
 
 
+def _assert_snippet_fails_on_its_own(snippet: str, cwd: Path) -> None:
+    """The snippet, run as a fresh Python process, reproduces the bug: it fails with AssertionError."""
+    replay = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, cwd=cwd, timeout=600,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert replay.returncode == 1 and "AssertionError" in replay.stderr, replay.stderr[-3000:]
+
+
 def test_the_corpus_is_as_large_as_promised():
     kinds = [meta.get("EXPECT") for _, meta in ENTRIES]
     assert all(meta.get("FRAMEWORK") in FRAMEWORKS for _, meta in ENTRIES), ENTRIES
@@ -55,7 +65,7 @@ def test_the_corpus_is_as_large_as_promised():
 
 
 @pytest.mark.parametrize(("path", "meta"), [_param(path, meta) for path, meta in ENTRIES])
-def test_check_tells_bugs_from_correct_code(path, meta):
+def test_check_tells_bugs_from_correct_code(path, meta, tmp_path):
     framework, expect = meta["FRAMEWORK"], meta["EXPECT"]
     differentiable = framework != "numpy"
     # Bugs: stop at the first failing cell (--fail-fast); correct code: the whole default budget.
@@ -64,6 +74,7 @@ def test_check_tells_bugs_from_correct_code(path, meta):
         assert any(not cell.ok for cell in cells), f"{path.name}: no counterexample found"
         failing = next(cell for cell in cells if not cell.ok)
         assert failing.snippet and "token_log_probs =" in failing.snippet
+        _assert_snippet_fails_on_its_own(failing.snippet, tmp_path)
     elif expect == "accept":
         cells = _run_check(path, framework, *ACCEPT_BUDGET, *(["--gradients"] if differentiable else []))
         # A half-precision backward that overflows is the dtype's limit, not a bug of the formula: it is reported

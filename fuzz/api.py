@@ -1,0 +1,185 @@
+"""The Python API, for a trainer's own test suite:
+
+    from fuzz import check
+    report = check(my_normalize, framework="torch", gradients=True, dtypes=["bfloat16", "float32"],
+                   max_examples=100, seed=0)
+    report.raise_for_failures()   # AssertionError: the shrunk case and a runnable snippet
+
+The function runs in this process by default, each call under the time limit in a helper thread (an
+overrunning call is abandoned: it fails its cell, but keeps running in the background until it returns).
+A segfault in-process takes the process down; `workers=N` runs the cells in N worker processes instead,
+as the command line does, for a function importable by its module and name.
+
+For your own Hypothesis tests: `cases(...)` draws framework-neutral Cases, `as_arrays(case, framework)`
+turns one into native inputs (dtype, device, layout), and `check_case(fn, case, framework)` lists what is
+wrong with fn's answer on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from fuzz.calls import DEFAULT_TIMEOUT, ThreadWatcher
+from fuzz.campaign import CellResult
+from fuzz.cells import FRAMEWORK_CHOICES, SubjectSpec, function_subject, fuzz_task, plan_cells
+from fuzz.failures import for_terminal
+from fuzz.loader import import_lines_for, load_target
+from fuzz.report import render_matrix
+from fuzz.tolerance import CONTRACT, PRECISIONS
+from impls.case import Case
+from impls.dtypes import DTYPE_NAMES
+from impls.frameworks import check_modes, load_framework
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One distinct failure of one cell: its kind (the first check that failed: "raised ValueError",
+    "non-finite output", "sequence_summed out of tolerance", "call timed out", ...), its messages, the
+    minimal case (the labelled draws that made it) and a snippet that reproduces it."""
+
+    kind: str
+    message: str
+    implementation: str
+    device: str
+    dtype: str
+    check: str  # "forward" or "gradients"
+    minimal_case: dict[str, object]
+    snippet: str | None
+
+    def __str__(self) -> str:
+        case = ", ".join(f"{label}={value!r}" for label, value in self.minimal_case.items() if label != "seed")
+        return (f"{self.check} of {self.implementation} on {self.device} in {self.dtype}: {for_terminal(self.message)}"
+                + (f"\nminimal case: {case}" if case else "")
+                + (f"\nreproduce with this snippet:\n\n{self.snippet}" if self.snippet else ""))
+
+
+@dataclass(frozen=True)
+class Report:
+    """Every cell (device x check x dtype) that was fuzzed, and what failed."""
+
+    cells: tuple[CellResult, ...]
+    dtypes: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(cell.ok for cell in self.cells)
+
+    @property
+    def failures(self) -> list[Failure]:
+        """Every distinct bug of every cell (each shrunk on its own), and any failure without a case."""
+        found = []
+        for cell in self.cells:
+            where = (cell.subject, cell.device, cell.dtype, cell.check)
+            found += [Failure("cell failed", problem, *where, {}, None) for problem in cell.problems]
+            found += [Failure(bug.kind, "\n".join(bug.failures), *where, dict(bug.story), bug.snippet)
+                      for bug in cell.bugs]
+        return found
+
+    def raise_for_failures(self) -> None:
+        """Raise AssertionError, with each failing cell's shrunk case and snippet, unless everything conforms."""
+        if not self.ok:
+            failures = self.failures
+            raise AssertionError(f"{len(failures)} failure(s):\n\n" + "\n\n".join(map(str, failures)))
+
+    def __str__(self) -> str:
+        return render_matrix(self.cells, self.dtypes, {})
+
+
+def check(
+    fn: Callable[..., Any] | str,
+    *,
+    framework: str,
+    gradients: bool = False,
+    dtypes: Sequence[str] = DTYPE_NAMES,
+    devices: Sequence[str] | None = None,
+    max_examples: int = 40,
+    gradient_examples: int | None = None,
+    seed: int = 0,
+    timeout: float = DEFAULT_TIMEOUT,
+    workers: int | None = None,
+    fail_fast: bool = False,
+    precision: str = CONTRACT.name,
+) -> Report:
+    """Fuzz `fn(token_log_probs, advantages, token_mask) -> dict` against the exact reference, as
+    `lossnorm-fuzz check` does. `fn` is a function, or a "package.module:function" / "path.py:function" string.
+    `framework`: one of FRAMEWORK_CHOICES (torch, torch-compile, jax: wrapped in jax.jit, numpy, ...).
+    `precision`: "contract" (default) or "strict" (docs/tolerance.md). `workers`: None runs in this
+    process; N runs the cells in N worker processes (the function must then be importable by its module and
+    name; a crash or hang there fails its cell instead of this process). Raises ValueError for bad
+    arguments and fuzz.loader.LoadError when the function or the framework cannot be loaded."""
+    if framework not in FRAMEWORK_CHOICES:
+        raise ValueError(f"framework must be one of {FRAMEWORK_CHOICES}, got {framework!r}")
+    unknown = [dtype for dtype in dtypes if dtype not in DTYPE_NAMES]
+    if unknown or not dtypes:
+        raise ValueError(f"dtypes must be a non-empty subset of {DTYPE_NAMES}, got {list(dtypes)!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, got {precision!r}")
+    if max_examples < 1 or timeout <= 0 or (workers is not None and workers < 1):
+        raise ValueError("max_examples and workers must be positive integers, timeout a positive number")
+    spec = (fn if isinstance(fn, str) else _spec_of(fn)) if workers else None
+    if isinstance(fn, str):
+        target = load_target(fn)
+        subject = function_subject(fn, target.function, framework, target.import_lines, target.function_name,
+                                   precision)
+    else:
+        name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+        subject = function_subject(name, fn, framework, import_lines_for(fn), getattr(fn, "__name__", "function"),
+                                   precision)
+    if gradients and not subject.has_gradients:
+        raise ValueError(f"gradients=True needs autograd, and {framework} has none")
+    tasks = plan_cells([(SubjectSpec(subject.name, framework, precision), subject.adapter.devices())], list(dtypes),
+                       devices,
+                       max_examples, seed, gradients,
+                       gradient_examples if gradient_examples is not None else max(1, max_examples // 2))
+    if not tasks:
+        raise ValueError(f"none of the devices {list(devices or [])} exists for {framework} here")
+    if spec is not None:
+        from fuzz.parallel import run_cells
+
+        tasks = [replace(task, subject=SubjectSpec(spec, framework, precision)) for task in tasks]
+        return Report(tuple(run_cells(tasks, jobs=workers or 1, fail_fast=fail_fast, timeout=timeout)),
+                      tuple(dtypes))
+    watcher = ThreadWatcher(timeout)
+    results: list[CellResult] = []
+    for task in tasks:
+        results.append(fuzz_task(subject, task, watcher))
+        if fail_fast and not results[-1].ok:
+            break
+    return Report(tuple(results), tuple(dtypes))
+
+
+def _spec_of(fn: Callable[..., Any]) -> str:
+    """"module:name" for a function a worker process can import; ValueError for one it cannot."""
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or module == "__main__" or not qualname.isidentifier():
+        raise ValueError(f"workers= needs a function importable by its module and name, and "
+                         f"{module}.{qualname} is not (defined in __main__ or inside a function?): pass "
+                         f"workers=None to run it in this process, or 'package.module:function'")
+    return f"{module}:{qualname}"
+
+
+def _adapter(framework: str) -> Any:
+    """The adapter of a framework (torch, jax, numpy, ...) or of a check mode (torch-compile)."""
+    modes = check_modes()
+    if framework not in modes and framework not in {name for name, _ in modes.values()}:
+        raise ValueError(f"framework must be one of {tuple(modes)}, got {framework!r}")
+    return load_framework(modes[framework][0] if framework in modes else framework)
+
+
+def as_arrays(case: Case, framework: str) -> tuple[Any, Any, Any]:
+    """(token_log_probs, advantages, token_mask) of `case` as native arrays of `framework` (torch, jax,
+    numpy, ...), in its dtype, on its device, in its layout (NaN / True in the gaps a strided layout skips).
+    A float64 case in JAX needs x64 enabled to be used (`jax.enable_x64(True)`)."""
+    return _adapter(framework).materialize(case)
+
+
+def check_case(fn: Callable[..., Any], case: Case, framework: str, precision: str = CONTRACT.name) -> list[str]:
+    """What is wrong with fn's answer on `case` (empty when it conforms): output types, dtypes, devices,
+    shapes, finiteness, unchanged inputs, and values within the suite's tolerance model."""
+    from fuzz.checks import check_forward
+
+    adapter = _adapter(framework)
+    with adapter.scope(case):
+        return [str(failure) for failure in check_forward(fn, adapter, case, PRECISIONS[precision]).failures]

@@ -1,0 +1,120 @@
+"""Every call of the function under test, watched: the case it runs on is known before it starts, so a call
+that never returns, or kills its process, can still be reported with that case and its snippet.
+
+A `Watcher` decides what watching means. In a worker process (fuzz/parallel.py) it tells the parent, over
+a pipe, that a call starts and ends; the parent kills the worker when a call overruns its time limit, so
+a hang in C code is stopped too. In-process (the Python API without workers) it runs the call in a helper
+thread and abandons it on timeout: Python cannot stop a thread, so the abandoned call keeps its core busy
+until it returns, and a segfault still takes the process down (workers avoid both).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from impls.case import Case
+
+# A first torch.compile of the contract (forward and backward, AOT autograd) took 25 to 40 s with an empty
+# cache on the 2-core development machine under the load of other jobs; jax.jit's first compile takes a
+# few seconds. 120 s leaves room for a slower or busier machine while a real hang still ends in 2 minutes.
+DEFAULT_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of the function under test: the case it runs on, and for a backward pass its cotangents."""
+
+    case: Case
+    cotangents: dict[str, np.ndarray] | None = None
+
+    @property
+    def what(self) -> str:
+        return "forward" if self.cotangents is None else "forward and backward"
+
+
+class CallTimedOut(BaseException):
+    """A call overran its time limit. A BaseException, so that neither the checks (which make an ordinary
+    exception the function's failure) nor Hypothesis (which would shrink it, one time limit per try) catch
+    it: it ends the cell at once, and the cell is failed with this call's case."""
+
+    def __init__(self, call: Call, seconds: float) -> None:
+        super().__init__(f"a call did not return within {seconds:g} s")
+        self.call = call
+        self.seconds = seconds
+
+
+class Watcher:
+    """Runs `thunk`, the call described by `call`. The base class just runs it."""
+
+    def run(self, call: Call, thunk: Callable[[], Any]) -> Any:
+        return thunk()
+
+
+class ThreadWatcher(Watcher):
+    """In-process time limit: the call runs in a daemon thread, abandoned if it overruns."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+
+    def run(self, call: Call, thunk: Callable[[], Any]) -> Any:
+        outcome: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                outcome["value"] = thunk()
+            except BaseException as error:  # re-raised in the caller's thread, SystemExit included
+                outcome["error"] = error
+
+        thread = threading.Thread(target=target, name="lossnorm-fuzz call", daemon=True)
+        thread.start()
+        thread.join(self.timeout)
+        if thread.is_alive():
+            raise CallTimedOut(call, self.timeout)
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]
+
+
+class WatchedAdapter:
+    """A framework adapter that remembers the last case it materialized (the checks materialize a case right
+    before calling the function on it) and runs each call, and each VJP, through a Watcher."""
+
+    def __init__(self, adapter: Any, watcher: Watcher) -> None:
+        self._adapter = adapter
+        self._watcher = watcher
+        self._case: Case | None = None
+        self._busy = False  # the forward call inside a VJP is part of that VJP's call
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._adapter, name)
+
+    def materialize(self, case: Case, **options: Any) -> Any:
+        self._case = case
+        return self._adapter.materialize(case, **options)
+
+    def vjp(self, fn: Callable[..., Any], inputs: Any, cotangents: dict[str, np.ndarray]) -> Any:
+        return self.watch(cotangents, lambda: self._adapter.vjp(fn, inputs, cotangents))
+
+    def watch(self, cotangents: dict[str, np.ndarray] | None, thunk: Callable[[], Any]) -> Any:
+        if self._busy or self._case is None:
+            return thunk()
+        self._busy = True
+        try:
+            return self._watcher.run(Call(self._case, cotangents), thunk)
+        finally:
+            self._busy = False
+
+
+def watched(function: Callable[..., Any], adapter: WatchedAdapter) -> Callable[..., Any]:
+    """`function`, each call of it run through the adapter's watcher."""
+
+    def call(*args: Any) -> Any:
+        return adapter.watch(None, lambda: function(*args))
+
+    call.__name__ = getattr(function, "__name__", "function")
+    return call

@@ -1,0 +1,84 @@
+"""A trainer's own test of its loss normalization, written the way a trainer would write it: only the
+suite's public API (`from fuzz import ...`)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from fuzz import Case, as_arrays, cases, check, check_case
+
+torch = pytest.importorskip("torch")
+
+# Stands for the trainer's own helper: the suite's canonical implementation, copied into a trainer, with
+# the trainer's own signature (a tuple) around it.
+from impls.torch_eager import sequence_vs_token_normalization  # noqa: E402
+
+
+def trainer_normalize(log_probs, advantages, mask):
+    out = sequence_vs_token_normalization(log_probs, advantages, mask)
+    return out["sequence_summed"], out["token_averaged"], out["magnitude_ratio"]
+
+
+def normalize(token_log_probs, advantages, token_mask):  # the three lines that adapt it to the contract
+    summed, averaged, ratio = trainer_normalize(token_log_probs, advantages, token_mask)
+    return {"sequence_summed": summed, "token_averaged": averaged, "magnitude_ratio": ratio}
+
+
+def normalize_by_padded_length(token_log_probs, advantages, token_mask):  # a classic bug
+    out = normalize(token_log_probs, advantages, token_mask)
+    return {**out, "token_averaged": out["sequence_summed"] / max(token_log_probs.shape[1], 1)}
+
+
+def test_our_normalization_conforms_forward_and_backward():
+    report = check(normalize, framework="torch", gradients=True, dtypes=["bfloat16", "float32"],
+                   max_examples=30, seed=0)
+    report.raise_for_failures()
+    assert report.ok and len(report.cells) == 4  # 2 dtypes x (forward, gradients) on the CPU
+    assert all(cell.examples > 0 for cell in report.cells)
+
+
+def test_a_bug_fails_with_the_shrunk_case_and_a_snippet():
+    report = check(normalize_by_padded_length, framework="torch", dtypes=["float32"], max_examples=50, seed=0)
+    assert not report.ok
+    failure = report.failures[0]
+    assert failure.kind == "token_averaged out of tolerance" and "token_averaged" in failure.message
+    assert failure.minimal_case["shape kind"] and "token_log_probs = torch.tensor(" in failure.snippet
+    with pytest.raises(AssertionError, match=r"(?s)token_averaged.*reproduce with this snippet"):
+        report.raise_for_failures()
+
+
+def sleeps(token_log_probs, advantages, token_mask):
+    time.sleep(30)
+
+
+def test_a_function_that_hangs_fails_instead_of_hanging_ci():
+    started = time.monotonic()
+    report = check(sleeps, framework="torch", dtypes=["float32"], timeout=1)
+    assert time.monotonic() - started < 10
+    assert [failure.kind for failure in report.failures] == ["call timed out"]
+    assert "sleeps(token_log_probs, advantages, token_mask)" in report.failures[0].snippet
+
+
+def test_workers_keep_the_function_out_of_this_process():
+    report = check(normalize_by_padded_length, framework="torch", dtypes=["float32"], max_examples=20, workers=1)
+    assert not report.ok and report.failures[0].kind == "token_averaged out of tolerance"
+
+
+@settings(max_examples=25, deadline=None, database=None)
+@given(case=cases(dtypes=["bfloat16", "float32"], layouts=["contiguous", "transposed", "step-sliced"]))
+def test_our_own_hypothesis_test_with_the_suites_cases(case):
+    token_log_probs, advantages, token_mask = as_arrays(case, "torch")
+    assert token_log_probs.dtype == advantages.dtype == getattr(torch, case.dtype)
+    assert tuple(token_log_probs.shape) == tuple(token_mask.shape) == case.shape
+    assert check_case(normalize, case, "torch") == []
+
+
+def test_check_case_says_what_is_wrong():
+    case = Case(np.array([[-1.0, -2.0]]), np.array([2.0]), np.array([[True, False]]), dtype="float32")
+    assert check_case(normalize, case, "torch") == []
+    assert check_case(lambda *inputs: None, case, "torch") == [
+        "returned NoneType, expected a dict with keys ('sequence_summed', 'token_averaged', 'magnitude_ratio')"]

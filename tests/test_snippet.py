@@ -1,0 +1,156 @@
+"""Snippets run and reproduce: valid Python whatever the failure says, inputs rebuilt exactly as the fuzzer
+built them (buffer, poison, strides, offset), compiler failures shortened, hints only where they apply."""
+
+from __future__ import annotations
+
+import ast
+
+import numpy as np
+import pytest
+from hypothesis import find, settings
+
+from fuzz.campaign import Bug, CellResult, Subject
+from fuzz.failures import COMPILE_LABEL
+from fuzz.gradients import check_gradients
+from fuzz.report import render_failures
+from fuzz.snippet import render_snippet
+from fuzz.strategies import cases
+from fuzz.tolerance import tolerance
+from impls import get_implementation
+from impls.case import Case
+from impls.frameworks import load_framework
+from impls.layouts import LAYOUTS, STRIDED_LAYOUTS_WITHOUT_NEGATIVE
+from reference import complete_cotangents, reference, vjp
+
+torch = pytest.importorskip("torch")
+
+
+def _case(shape=(2, 3), layout="contiguous", dtype="float32", rows_equal=False):
+    batch, tokens = shape
+    rng = np.random.default_rng(0)
+    rows = 1 if rows_equal else batch
+    log_probs = np.repeat(-rng.integers(0, 8, (rows, tokens)).astype(np.float64), batch // max(rows, 1), axis=0)
+    mask = np.repeat(rng.random((rows, tokens)) < 0.6, batch // max(rows, 1), axis=0)
+    advantages = np.full(batch, 1.5) if rows_equal else rng.integers(-3, 4, batch).astype(np.float64)
+    return Case(log_probs.reshape(shape), advantages.reshape(batch), mask.reshape(shape), dtype=dtype, layout=layout)
+
+
+def _snippet(case, framework, failures=("something failed",), function_name="recorded"):
+    expected = reference(case.token_log_probs, case.advantages, case.token_mask)
+    return render_snippet(case=case, framework=framework, import_lines=(), function_name=function_name, wrap=None,
+                          expected=expected, tol=tolerance(expected, case.dtype), failures=list(failures))
+
+
+def _inputs_of(snippet, framework):
+    """Run the snippet with a correct function that records the inputs it was given."""
+    implementation = get_implementation("torch-eager" if framework == "torch" else "numpy")
+    seen = []
+
+    def recorded(*inputs):
+        seen.append(inputs)
+        return implementation(*inputs)
+
+    exec(compile(snippet, "<snippet>", "exec"), {"recorded": recorded})  # passes: the function is correct
+    return seen[0]
+
+
+def _torch_layout(x):
+    return (tuple(x.shape), x.stride(), x.storage_offset(), bytes(x.untyped_storage()))
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (3, 3), (1, 4), (2, 0), (0, 3)], ids=str)
+@pytest.mark.parametrize("layout", STRIDED_LAYOUTS_WITHOUT_NEGATIVE)
+def test_torch_snippet_rebuilds_the_exact_buffer_strides_and_offset(layout, shape):
+    case = _case(shape, layout, rows_equal=layout == "expanded")
+    fuzzed = load_framework("torch").materialize(case)
+    rebuilt = _inputs_of(_snippet(case, "torch"), "torch")
+    for want, got in zip(fuzzed, rebuilt):
+        assert _torch_layout(got) == _torch_layout(want)  # NaN / True poison in the gaps included
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (3, 3), (2, 0), (0, 3)], ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_numpy_snippet_rebuilds_the_exact_strides(layout, shape):
+    case = _case(shape, layout, rows_equal=layout == "expanded")
+    fuzzed = load_framework("numpy").materialize(case)
+    rebuilt = _inputs_of(_snippet(case, "numpy"), "numpy")
+    for want, got in zip(fuzzed, rebuilt):
+        assert (got.shape, got.strides, got.dtype, got.flags.writeable) == (
+            want.shape, want.strides, want.dtype, want.flags.writeable)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_an_empty_transposed_tensor_keeps_its_strides():
+    case = _case((2, 0), "transposed")
+    token_log_probs = _inputs_of(_snippet(case, "torch"), "torch")[0]
+    assert token_log_probs.shape == (2, 0) and token_log_probs.stride() == (1, 2)  # contiguous would be (1, 1)
+
+
+def test_the_gaps_of_a_strided_layout_hold_the_fuzzers_poison():
+    snippet = _snippet(_case((2, 3), "step-sliced"), "torch")
+    assert "as_strided((2, 3), (12, 2), 0)" in snippet
+    for x, poison in zip(_inputs_of(snippet, "torch")[::2], (float("nan"), True)):
+        storage = torch.tensor([], dtype=x.dtype).set_(x.untyped_storage())  # the whole buffer, 1-D
+        used = {row * 12 + column * 2 for row in range(2) for column in range(3)}
+        gaps = [i for i in range(storage.numel()) if i not in used]
+        assert storage.numel() == 17 and gaps
+        gap_values = storage[gaps]
+        assert (gap_values.isnan() if poison != poison else gap_values).all()  # NaN in log-probs, True in the mask
+
+
+def test_a_multi_line_failure_is_commented_on_every_line():
+    failure = "raised RuntimeError: first line\nsecond line: x = 1\n  third line (indented)"
+    snippet = _snippet(_case(), "numpy", failures=[failure])
+    ast.parse(snippet)  # valid Python
+    lines = snippet.splitlines()
+    start = lines.index("# FAILED: raised RuntimeError: first line")
+    assert lines[start + 1 : start + 3] == ["#   second line: x = 1", "#     third line (indented)"]
+
+
+COMPILER_OUTPUT = ("raised InductorError: CppCompileError: C++ compile error\n\nCommand:\ng++ /tmp/x.cpp\n\nOutput:\n"
+                   + "\n".join(f"/tmp/x.cpp:{i}: error: no match for 'operator+' (operand types)" for i in range(20000))
+                   + "\nninja: build stopped: subcommand failed.")
+
+
+def test_a_compiler_failure_is_labelled_and_shortened_in_the_terminal_and_whole_in_the_json():
+    snippet = _snippet(_case(), "torch", failures=[COMPILER_OUTPUT])
+    ast.parse(snippet)
+    assert f"# FAILED: {COMPILE_LABEL}: raised InductorError" in snippet and len(snippet) < 8000
+    bug = Bug("raised InductorError", [COMPILER_OUTPUT], _case(), snippet,
+              traceback="Traceback (most recent call last):\n" + COMPILER_OUTPUT)
+    cell = CellResult("f", "cpu", "float16", "forward", bugs=[bug])
+    terminal = render_failures([cell])
+    assert COMPILE_LABEL in terminal and "subcommand failed" in terminal and len(terminal) < 20000
+    assert cell.as_json()["failures"] == [COMPILER_OUTPUT]  # the full text stays in the JSON
+
+
+def test_a_snippet_fails_with_assertion_error_whatever_the_function_does():
+    for function, message in [(lambda *a: None, "returned NoneType"), (lambda *a: 1 / 0, "raised ZeroDivisionError")]:
+        snippet = _snippet(_case(), "numpy", function_name="f")
+        with pytest.raises(AssertionError, match=message):
+            exec(compile(snippet, "<snippet>", "exec"), {"f": function})
+
+
+def _doubled_advantage_gradient(lp, adv, mask):
+    adv = 2 * adv - adv.detach()  # same values, twice the gradient: a bug that has nothing to do with sign(0)
+    return get_implementation("torch-eager")(lp, adv, mask)
+
+
+@pytest.mark.parametrize("advantages", [[0.0, 0.0], [0.0, 2.0]], ids=["denominator-0", "denominator-positive"])
+def test_a_gradient_bug_at_a_row_whose_s_is_0_is_caught_and_not_blamed_on_the_kink(advantages):
+    """Row 0 has s_0 = 0 (A_0 = 0), where any subgradient of |x| is right; a gradient twice too large is
+    still caught there, as what it is."""
+    case = Case(np.array([[-1.0, -2.0], [-3.0, -4.0]]), np.array(advantages), np.ones((2, 2), bool))
+    cotangents = complete_cotangents({"sequence_summed": np.array([1.0, 1.0]), "token_averaged": np.array([1.0, 1.0]),
+                                      "magnitude_ratio": np.array(1.0)}, 2)
+    exact = vjp(case.token_log_probs, case.advantages, case.token_mask, cotangents)
+    subject = Subject("f", _doubled_advantage_gradient, load_framework("torch"), (), "f")
+    verdict = check_gradients(subject, case, cotangents, exact)
+    assert "d advantages out of tolerance" in [failure.kind for failure in verdict.failures]
+    assert not any("sign(0)" in failure.message for failure in verdict.failures)
+
+
+def test_a_case_with_no_tokens_says_so():
+    case = find(cases(), lambda case: case.shape[0] > 0 and case.shape[1] == 0,
+                settings=settings(database=None, max_examples=2000))
+    assert dict(case.story)["mask"] == "every row has no tokens (tokens 0)"
