@@ -32,6 +32,39 @@ class InputSnapshot:
 
 
 @dataclass(frozen=True)
+class SnippetSyntax:
+    """How a runnable snippet writes this framework's arrays for one case: pure strings, so that a process that
+    never imported the framework (the parent of the fuzzer's workers) can write snippets too.
+
+    Templates: `float_array` and `bool_array` take {values} (a nested list literal) and give a contiguous
+    array of the case's dtype on its device; `strided` takes {buffer}, {shape}, {strides}, {offset},
+    {byte_strides} and {writeable} and views a 1-D buffer in a layout (None where arrays have no strides:
+    then an empty array is `{buffer}.reshape(shape)`); `as_float64` converts `x` to a float64 NumPy array.
+    `vjp` defines `forward_and_backward()` for `{function}` from the cotangent_* globals."""
+
+    imports: tuple[str, ...]
+    float_array: str
+    bool_array: str
+    strided: str | None
+    as_float64: str
+    type_names: tuple[str, ...]  # what type(output).__name__ may be
+    counts_writes: bool = False  # inputs have `_version` counters
+    vjp: tuple[str, ...] = ()
+
+
+NUMPY_AS_FLOAT64 = "np.asarray(x, dtype=np.float64)"
+NUMPY_STRIDED = ("np.lib.stride_tricks.as_strided({buffer}[{offset}:], {shape}, {byte_strides}, "
+                 "writeable={writeable})")
+
+
+def numpy_dtype_expression(dtype: str) -> tuple[str, tuple[str, ...]]:
+    """The NumPy dtype of a name as Python (bfloat16 from ml_dtypes), and the imports it needs."""
+    if dtype == "bfloat16":
+        return "ml_dtypes.bfloat16", ("import ml_dtypes",)
+    return f"np.{dtype}", ()
+
+
+@dataclass(frozen=True)
 class CheckMode:
     """How `check --framework NAME` runs a user's function: as given, or wrapped for compilation."""
 
@@ -91,6 +124,11 @@ class Framework:
         """The inputs' values now (and write counters where the framework has them)."""
         return InputSnapshot(tuple(self.to_bool(x) if self.dtype_of(x) == "bool" else self.to_float64(x)
                                    for x in inputs))
+
+    @classmethod
+    def snippet_syntax(cls, case: Case) -> SnippetSyntax:
+        """How a snippet writes this framework's arrays for `case` (see SnippetSyntax)."""
+        raise NotImplementedError
 
     # --- running a user's function --------------------------------------------------------------------
     def wrap(self, fn: Callable, mode: str) -> Callable:

@@ -16,7 +16,17 @@ import numpy as np
 
 from impls.case import Case
 from impls.dtypes import numpy_dtype
-from impls.frameworks.base import CheckMode, Framework, Inputs
+from impls.frameworks.base import NUMPY_AS_FLOAT64, CheckMode, Framework, Inputs, SnippetSyntax, numpy_dtype_expression
+
+# A snippet's backward pass ({function} is the function's name; the cotangent_* globals are float64 arrays).
+SNIPPET_VJP = (
+    "",
+    "def forward_and_backward():",
+    "    out, pullback = jax.vjp(lambda lp, adv: {function}(lp, adv, token_mask),",
+    "                            token_log_probs, advantages)",
+    "    return pullback({{k: jnp.asarray(globals()['cotangent_' + k], dtype=v.dtype)",
+    "                     for k, v in out.items()}})",
+)
 
 
 class JaxFramework(Framework):
@@ -67,6 +77,18 @@ class JaxFramework(Framework):
 
     def zeros(self, shape: tuple[int, ...], dtype: str) -> Any:
         return self.jnp.zeros(shape, dtype=bool if dtype == "bool" else numpy_dtype(dtype))
+
+    @classmethod
+    def snippet_syntax(cls, case: Case) -> SnippetSyntax:
+        dtype, extra = numpy_dtype_expression(case.dtype)
+        x64 = ('jax.config.update("jax_enable_x64", True)  # float64 exists only in 64-bit mode',) \
+            if case.dtype == "float64" else ()
+        put = "jax.device_put(np.array({{values}}, dtype={dtype}), jax.devices({platform!r})[0])"
+        platform = "cpu" if case.device == "cpu" else "gpu"
+        return SnippetSyntax(
+            ("import jax", *x64, "import jax.numpy as jnp", "import numpy as np", *extra),
+            put.format(dtype=dtype, platform=platform), put.format(dtype="bool", platform=platform), None,
+            NUMPY_AS_FLOAT64, ("ArrayImpl", "Array"), vjp=SNIPPET_VJP)
 
     def is_array(self, value: object) -> bool:
         return isinstance(value, self.jax.Array)

@@ -9,7 +9,15 @@ import numpy as np
 
 from impls.case import Case
 from impls.dtypes import numpy_dtype
-from impls.frameworks.base import CheckMode, Framework, Inputs
+from impls.frameworks.base import (
+    NUMPY_AS_FLOAT64,
+    NUMPY_STRIDED,
+    CheckMode,
+    Framework,
+    Inputs,
+    SnippetSyntax,
+    numpy_dtype_expression,
+)
 from impls.layouts import LAYOUTS, numpy_view, strided_view
 
 
@@ -29,6 +37,12 @@ class NumpyFramework(Framework):
 
     def zeros(self, shape: tuple[int, ...], dtype: str) -> Any:
         return np.zeros(shape, dtype=bool if dtype == "bool" else numpy_dtype(dtype))
+
+    @classmethod
+    def snippet_syntax(cls, case: Case) -> SnippetSyntax:
+        dtype, imports = numpy_dtype_expression(case.dtype)
+        return SnippetSyntax(("import numpy as np", *imports), f"np.array({{values}}, dtype={dtype})",
+                             "np.array({values}, dtype=bool)", NUMPY_STRIDED, NUMPY_AS_FLOAT64, ("ndarray",))
 
     def is_array(self, value: object) -> bool:
         return isinstance(value, np.ndarray)

@@ -18,13 +18,30 @@ from typing import Any
 import numpy as np
 
 from impls.case import Case
-from impls.frameworks.base import CheckMode, Framework, Inputs, InputSnapshot
+from impls.frameworks.base import CheckMode, Framework, Inputs, InputSnapshot, SnippetSyntax
 from impls.layouts import STRIDED_LAYOUTS_WITHOUT_NEGATIVE, strided_view
 
 # 4 dtypes x 5 stride patterns x 2 count dtypes x {inference, autograd} x 2 devices stays below this, and
 # so does a user's function compiled plainly (sizes 0 and 1 specialized) under `check`.
 RECOMPILE_LIMIT = 256
 COMPILE_MODE = "torch-compile"
+
+
+# A snippet's backward pass ({function} is the function's name; the cotangent_* globals are float64 arrays).
+SNIPPET_VJP = (
+    "token_log_probs.requires_grad_(True)",
+    "advantages.requires_grad_(True)",
+    "",
+    "def forward_and_backward():",
+    "    out = {function}(token_log_probs, advantages, token_mask)",
+    "    keys = [k for k in ['sequence_summed', 'token_averaged', 'magnitude_ratio'] if out[k].requires_grad]",
+    "    grads = torch.autograd.grad(",
+    "        [out[k] for k in keys], [token_log_probs, advantages], allow_unused=True,",
+    "        grad_outputs=[torch.tensor(globals()['cotangent_' + k], dtype=out[k].dtype, device=out[k].device)",
+    "                      for k in keys])",
+    "    inputs = (token_log_probs, advantages)",
+    "    return [torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs)]",
+)
 
 
 class TorchFramework(Framework):
@@ -72,6 +89,16 @@ class TorchFramework(Framework):
         with config.patch(fail_on_recompile_limit_hit=True,
                           recompile_limit=max(config.recompile_limit, RECOMPILE_LIMIT)):
             yield
+
+    @classmethod
+    def snippet_syntax(cls, case: Case) -> SnippetSyntax:
+        device = f", device={case.device!r}" if case.device != "cpu" else ""
+        return SnippetSyntax(
+            ("import torch",), f"torch.tensor({{values}}, dtype=torch.{case.dtype}{device})",
+            f"torch.tensor({{values}}, dtype=torch.bool{device})", "{buffer}.as_strided({shape}, {strides}, {offset})",
+            "np.asarray(x.detach().to('cpu', torch.float64)) if isinstance(x, torch.Tensor) "
+            "else np.asarray(x, dtype=np.float64)",
+            ("Tensor",), counts_writes=True, vjp=SNIPPET_VJP)
 
     def is_array(self, value: object) -> bool:
         return isinstance(value, self.torch.Tensor)
