@@ -18,13 +18,14 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from fuzz.checks import Verdict, check_forward_values
+from fuzz.exact import exact
 from fuzz.metamorphic import RELATIONS, check_ratio_bounds, check_relation
 from fuzz.snippet import render_snippet
 from fuzz.strategies import draw_case
 from fuzz.tolerance import CONTRACT, Precision, gradient_tolerance, tolerance
 from impls.case import Case
 from impls.frameworks import Framework
-from reference import reference, vjp
+from reference import vjp
 
 TARGET_CAP = 1e6  # hypothesis.target needs finite scores; anything above 1 is a failure anyway
 
@@ -226,12 +227,12 @@ def fuzz_cell(
 def _bug(subject: Subject, found: Counterexample) -> Bug:
     """A shrunk counterexample as a reported bug, with the snippet that reproduces it."""
     case, verdict = found.case, found.verdict
-    expected = reference(case.token_log_probs, case.advantages, case.token_mask)
+    expected = exact(case)
     gradient_parts = {}
     if verdict.cotangents is not None:
-        exact = vjp(case.token_log_probs, case.advantages, case.token_mask, verdict.cotangents)
-        gradient_parts = {"cotangents": verdict.cotangents, "gradients": exact,
-                          "gradient_tol": gradient_tolerance(exact, verdict.cotangents, case.dtype,
+        gradients = vjp(case.token_log_probs, case.advantages, case.token_mask, verdict.cotangents, expected)
+        gradient_parts = {"cotangents": verdict.cotangents, "gradients": gradients,
+                          "gradient_tol": gradient_tolerance(gradients, verdict.cotangents, case.dtype,
                                                              subject.precision)}
     failures = [str(failure) for failure in verdict.failures]
     snippet = render_snippet(

@@ -16,6 +16,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from fuzz.checks import INPUT_MODIFIED, Verdict, call_safely, modified_inputs, out_of_tolerance, same_bits
+from fuzz.exact import exact as exact_results
 from fuzz.tolerance import backward_overflows, error_ratio, gradient_tolerance, ulp_error
 from impls.case import Case
 from impls.dtypes import largest, round_to
@@ -126,7 +127,7 @@ def _same_gradients_again(subject: Any, inputs: Any, cotangents: dict[str, np.nd
 def gradient_example(subject: Any, case: Case, data: st.DataObject) -> Verdict:
     """One gradient example: draw cotangents, check the VJP against the exact one."""
     cotangents = complete_cotangents(draw_cotangents(data, case), case.shape[0])
-    exact = vjp(case.token_log_probs, case.advantages, case.token_mask, cotangents)
+    exact = vjp(case.token_log_probs, case.advantages, case.token_mask, cotangents, exact_results(case))
     with subject.adapter.scope(case, compiled=subject.compiled):
         verdict = check_gradients(subject, case, cotangents, exact)
     verdict.cotangents = cotangents

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 from fuzz.calls import Call
 from fuzz.campaign import Bug, CellResult
+from fuzz.exact import exact
 from fuzz.snippet import render_snippet
 from fuzz.tolerance import CONTRACT, PRECISIONS, gradient_tolerance, tolerance
-from reference import reference, vjp
+from reference import vjp
 
 TIMEOUT = "call timed out"
 CRASH = "worker process died"
@@ -41,12 +42,12 @@ def interrupted_cell(source: SnippetSource, device: str, dtype: str, check: str,
         return result
     case = call.case
     precision = PRECISIONS[source.precision]
-    expected = reference(case.token_log_probs, case.advantages, case.token_mask)
+    expected = exact(case)
     gradient_parts = {}
     if call.cotangents is not None:
-        exact = vjp(case.token_log_probs, case.advantages, case.token_mask, call.cotangents)
-        gradient_parts = {"cotangents": call.cotangents, "gradients": exact,
-                          "gradient_tol": gradient_tolerance(exact, call.cotangents, case.dtype, precision)}
+        gradients = vjp(case.token_log_probs, case.advantages, case.token_mask, call.cotangents, expected)
+        gradient_parts = {"cotangents": call.cotangents, "gradients": gradients,
+                          "gradient_tol": gradient_tolerance(gradients, call.cotangents, case.dtype, precision)}
     snippet = render_snippet(
         case=case, framework=source.framework, import_lines=source.import_lines,
         function_name=source.function_name, wrap=source.wrap, expected=expected,

@@ -1,24 +1,29 @@
 """Metamorphic relations: properties that tie two calls of the same implementation together, needing no
 expected answer. Each compares two outputs that are each within the tolerance model of their own exact
-values, so they may differ by the sum of the two tolerances and no more."""
+values, so they may differ by the sum of the two tolerances and no more.
+
+The relations are a table of small functions (RELATIONS), each given the first call's case and values and
+returning a Verdict; a broken relation is a failure kind of its own.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from fuzz.checks import Verdict, check_forward_values
+from fuzz.exact import exact
 from fuzz.strategies import next_token_size
 from fuzz.tolerance import CONTRACT, Precision, Tolerance, error_ratio, tolerance
 from impls.case import Case
 from impls.frameworks import Framework
-from reference import reference
 
-RELATIONS: tuple[str, ...] = ("pad with masked columns", "permute rows", "split the batch", "scale advantages")
 PADDING_VALUE = -3.5  # finite in every dtype; masked out, so it must change nothing
 RATIO_BOUNDS = "ratio outside [1, max n_i]"
+VECTORS = ("sequence_summed", "token_averaged")
 
 
 def relation_kind(relation: str) -> str:
@@ -26,29 +31,136 @@ def relation_kind(relation: str) -> str:
     return f"relation '{relation}' broken"
 
 
-def _compare(name: str, got: np.ndarray, want: np.ndarray, tol: np.ndarray) -> Verdict:
+@dataclass(frozen=True)
+class FirstCall:
+    """What a relation starts from: the function, the case it ran on and the values it returned."""
+
+    fn: Callable[..., Any]
+    adapter: Framework
+    case: Case
+    values: dict[str, np.ndarray]
+    precision: Precision
+
+    def tolerance(self, case: Case | None = None) -> Tolerance:
+        case = case or self.case
+        return tolerance(exact(case), case.dtype, self.precision)
+
+    def second_call(self, case: Case, relation: str) -> tuple[dict[str, np.ndarray] | None, Verdict]:
+        """The function on a transformed case. If that call fails on its own, against the reference, the
+        transformed case is the one to report: its snippet reproduces the failure without the first call
+        (and it is the same kind of failure as a direct one, so the report shows it once)."""
+        values, second = check_forward_values(self.fn, self.adapter, case, self.precision)
+        verdict = Verdict()
+        verdict.merge(second, prefix=f"{relation} (second call): ")
+        if not verdict.ok:
+            verdict.case = case.with_(story=(*case.story, ("derived by", relation)))
+        return values, verdict
+
+
+def _compare(relation: str, label: str, got: np.ndarray, want: np.ndarray, tol: np.ndarray) -> Verdict:
+    name = f"{relation}: {label}"
     ratios = error_ratio(got, want, tol)
     verdict = Verdict(error_ratios={name: float(np.max(ratios, initial=0.0))})
     if verdict.error_ratios[name] > 1:
         verdict.fail(
-            relation_kind(name.split(":")[0].split(" by ")[0]),
+            relation_kind(relation),
             f"{name}: {np.array2string(np.asarray(got), threshold=6)} != "
             f"{np.array2string(np.asarray(want), threshold=6)} (err/tol = {verdict.error_ratios[name]:.3g})"
         )
     return verdict
 
 
-def _second_call(fn: Callable[..., Any], adapter: Framework, case: Case, relation: str,
-                 precision: Precision) -> tuple[Any, Verdict]:
-    """The second call of a relation. If it fails on its own, against the reference, that transformed case
-    is the one to report: its snippet then reproduces the failure without the first call (and it is the
-    same kind of failure as a direct one, so the report shows it once)."""
-    values, second = check_forward_values(fn, adapter, case, precision)
+def pad_with_masked_columns(first: FirstCall) -> Verdict:
+    """Masked columns added at the end change nothing (the divisor is the selected count, not the width)."""
+    relation, case = "pad with masked columns", first.case
+    batch, tokens = case.shape
+    extra = next_token_size(tokens) - tokens
+    padded = case.with_(
+        token_log_probs=np.hstack([case.token_log_probs, np.full((batch, extra), PADDING_VALUE)]),
+        token_mask=np.hstack([case.token_mask, np.zeros((batch, extra), bool)]),
+    )
+    second, verdict = first.second_call(padded, relation)
+    if second is not None:
+        tol = first.tolerance()  # the padded case's exact values and tolerances are the same
+        for key, got in second.items():
+            verdict.merge(_compare(relation, key, got, first.values[key], 2 * tol.as_dict()[key]))
+    return verdict
+
+
+def permute_rows(first: FirstCall) -> Verdict:
+    """Permuting the rows permutes the vectors and keeps the ratio (no row is special, no axis mixed up)."""
+    relation, case = "permute rows", first.case
+    batch, tokens = case.shape
+    order = np.random.default_rng(batch * 7919 + tokens).permutation(batch)
+    permuted = case.with_(token_log_probs=case.token_log_probs[order], advantages=case.advantages[order],
+                          token_mask=case.token_mask[order])
+    second, verdict = first.second_call(permuted, relation)
+    if second is not None:
+        tol, tol_second = first.tolerance(), first.tolerance(permuted)
+        for key in VECTORS:
+            bound = tol.as_dict()[key][order] + tol_second.as_dict()[key]
+            verdict.merge(_compare(relation, key, second[key], first.values[key][order], bound))
+        verdict.merge(_compare(relation, "magnitude_ratio", second["magnitude_ratio"], first.values["magnitude_ratio"],
+                               tol.magnitude_ratio + tol_second.magnitude_ratio))
+    return verdict
+
+
+def split_the_batch(first: FirstCall) -> Verdict:
+    """Two halves of the batch give the same vectors, and the ratio of their joined vectors is the ratio."""
+    relation, case = "split the batch", first.case
+    batch, _ = case.shape
     verdict = Verdict()
-    verdict.merge(second, prefix=f"{relation} (second call): ")
-    if not verdict.ok:
-        verdict.case = case.with_(story=(*case.story, ("derived by", relation)))
-    return values, verdict
+    if batch < 2:
+        return verdict
+    half = (batch + 1) // 2
+    parts = []
+    for rows in (slice(0, half), slice(half, batch)):
+        part = case.with_(token_log_probs=case.token_log_probs[rows], advantages=case.advantages[rows],
+                          token_mask=case.token_mask[rows])
+        second, run_verdict = first.second_call(part, relation)
+        verdict.merge(run_verdict)
+        if second is None:
+            return verdict
+        parts.append(second)
+    tol = first.tolerance()
+    for key in VECTORS:
+        joined = np.concatenate([part[key] for part in parts])
+        verdict.merge(_compare(relation, key, joined, first.values[key], 2 * tol.as_dict()[key]))
+    summed, averaged = (np.concatenate([part[key] for part in parts]) for key in VECTORS)
+    denominator = np.abs(averaged).sum()
+    joined_ratio = np.abs(summed).sum() / denominator if denominator > 0 else 0.0
+    verdict.merge(_compare(relation, "magnitude_ratio from the chunks' vectors", np.asarray(joined_ratio),
+                           first.values["magnitude_ratio"], 2 * tol.magnitude_ratio))
+    return verdict
+
+
+def scale_advantages(first: FirstCall) -> Verdict:
+    """Scaling the advantages by 2 or -1 scales the vectors and keeps the ratio."""
+    relation, case = "scale advantages", first.case
+    verdict = Verdict()
+    tol = first.tolerance()
+    for factor in (2.0, -1.0):  # powers of two: exact, and within the magnitude bound's headroom
+        scaled = case.with_(advantages=case.advantages * factor)
+        second, run_verdict = first.second_call(scaled, relation)
+        verdict.merge(run_verdict)
+        if second is None:
+            return verdict
+        tol_second = first.tolerance(scaled)
+        for key in VECTORS:
+            bound = abs(factor) * tol.as_dict()[key] + tol_second.as_dict()[key]
+            verdict.merge(_compare(relation, f"by {factor:g}: {key}", second[key], factor * first.values[key], bound))
+        verdict.merge(_compare(relation, f"by {factor:g}: magnitude_ratio", second["magnitude_ratio"],
+                               first.values["magnitude_ratio"], tol.magnitude_ratio + tol_second.magnitude_ratio))
+    return verdict
+
+
+TABLE: dict[str, Callable[[FirstCall], Verdict]] = {
+    "pad with masked columns": pad_with_masked_columns,
+    "permute rows": permute_rows,
+    "split the batch": split_the_batch,
+    "scale advantages": scale_advantages,
+}
+RELATIONS: tuple[str, ...] = tuple(TABLE)
 
 
 def check_relation(
@@ -56,90 +168,14 @@ def check_relation(
     precision: Precision = CONTRACT,
 ) -> Verdict:
     """Check one relation between `values` (fn on `case`) and fn on a transformed case."""
-    batch, tokens = case.shape
-
-    def _tolerance(some_case: Case) -> Tolerance:
-        exact = reference(some_case.token_log_probs, some_case.advantages, some_case.token_mask)
-        return tolerance(exact, some_case.dtype, precision)
-
-    def _run(some_case: Case) -> tuple[Any, Verdict]:
-        return _second_call(fn, adapter, some_case, relation, precision)
-
-    tol = _tolerance(case)
-    verdict = Verdict()
-    if relation == "pad with masked columns":
-        extra = next_token_size(tokens) - tokens
-        padded = case.with_(
-            token_log_probs=np.hstack([case.token_log_probs, np.full((batch, extra), PADDING_VALUE)]),
-            token_mask=np.hstack([case.token_mask, np.zeros((batch, extra), bool)]),
-        )
-        second, run_verdict = _run(padded)
-        verdict.merge(run_verdict)
-        if second is not None:
-            for key, got in second.items():
-                verdict.merge(_compare(f"{relation}: {key}", got, values[key], 2 * tol.as_dict()[key]))
-        return verdict
-    if relation == "permute rows":
-        order = np.random.default_rng(batch * 7919 + tokens).permutation(batch)
-        permuted = case.with_(
-            token_log_probs=case.token_log_probs[order], advantages=case.advantages[order],
-            token_mask=case.token_mask[order],
-        )
-        second, run_verdict = _run(permuted)
-        verdict.merge(run_verdict)
-        if second is not None:
-            tol_second = _tolerance(permuted)
-            for key in ("sequence_summed", "token_averaged"):
-                bound = tol.as_dict()[key][order] + tol_second.as_dict()[key]
-                verdict.merge(_compare(f"{relation}: {key}", second[key], values[key][order], bound))
-            bound = tol.magnitude_ratio + tol_second.magnitude_ratio
-            verdict.merge(_compare(f"{relation}: magnitude_ratio", second["magnitude_ratio"],
-                                   values["magnitude_ratio"], bound))
-        return verdict
-    if relation == "split the batch":
-        if batch < 2:
-            return verdict
-        half = (batch + 1) // 2
-        parts = []
-        for rows in (slice(0, half), slice(half, batch)):
-            part = case.with_(token_log_probs=case.token_log_probs[rows], advantages=case.advantages[rows],
-                              token_mask=case.token_mask[rows])
-            second, run_verdict = _run(part)
-            verdict.merge(run_verdict)
-            if second is None:
-                return verdict
-            parts.append(second)
-        for key in ("sequence_summed", "token_averaged"):
-            joined = np.concatenate([part[key] for part in parts])
-            verdict.merge(_compare(f"{relation}: {key}", joined, values[key], 2 * tol.as_dict()[key]))
-        summed = np.concatenate([part["sequence_summed"] for part in parts])
-        averaged = np.concatenate([part["token_averaged"] for part in parts])
-        denominator = np.abs(averaged).sum()
-        joined_ratio = np.abs(summed).sum() / denominator if denominator > 0 else 0.0
-        verdict.merge(_compare(f"{relation}: magnitude_ratio from the chunks' vectors", np.asarray(joined_ratio),
-                               values["magnitude_ratio"], 2 * tol.magnitude_ratio))
-        return verdict
-    if relation == "scale advantages":
-        for factor in (2.0, -1.0):  # powers of two: exact, and within the magnitude bound's headroom
-            scaled = case.with_(advantages=case.advantages * factor)
-            second, run_verdict = _run(scaled)
-            verdict.merge(run_verdict)
-            if second is None:
-                return verdict
-            tol_second = _tolerance(scaled)
-            for key in ("sequence_summed", "token_averaged"):
-                bound = abs(factor) * tol.as_dict()[key] + tol_second.as_dict()[key]
-                verdict.merge(_compare(f"{relation} by {factor:g}: {key}", second[key], factor * values[key], bound))
-            bound = tol.magnitude_ratio + tol_second.magnitude_ratio
-            verdict.merge(_compare(f"{relation} by {factor:g}: magnitude_ratio", second["magnitude_ratio"],
-                                   values["magnitude_ratio"], bound))
-        return verdict
-    raise ValueError(f"unknown relation {relation!r}")
+    if relation not in TABLE:
+        raise ValueError(f"unknown relation {relation!r}")
+    return TABLE[relation](FirstCall(fn, adapter, case, values, precision))
 
 
 def check_ratio_bounds(case: Case, values: dict[str, np.ndarray], precision: Precision = CONTRACT) -> Verdict:
     """When the exact denominator is positive, 1 <= R <= max n_i, within tolerance."""
-    expected = reference(case.token_log_probs, case.advantages, case.token_mask)
+    expected = exact(case)
     verdict = Verdict()
     if expected.denominator == 0:
         return verdict

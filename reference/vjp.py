@@ -46,9 +46,12 @@ def vjp(
     advantages: np.ndarray,
     token_mask: np.ndarray,
     cotangents: dict[str, np.ndarray],
+    expected: Expected | None = None,
 ) -> Gradients:
-    """Exact gradients of sum(c_s * s) + sum(c_a * a) + c_R * R; missing cotangents count as 0."""
-    expected = reference(token_log_probs, advantages, token_mask)
+    """Exact gradients of sum(c_s * s) + sum(c_a * a) + c_R * R; missing cotangents count as 0. `expected`,
+    where the caller has it, is reference() of the same inputs."""
+    if expected is None:
+        expected = reference(token_log_probs, advantages, token_mask)
     complete = complete_cotangents(cotangents, expected.selected_counts.shape[0])
     c_summed, c_averaged = complete["sequence_summed"], complete["token_averaged"]
     c_ratio = float(complete["magnitude_ratio"])
