@@ -26,8 +26,14 @@ class Implementation:
     dtypes: tuple[str, ...] = DTYPE_NAMES
     differentiable: bool = False
     compiled: bool = False
+    # "torch" or "jax" for a per-rank function (fuzz/sharded/): it takes process groups or runs under
+    # shard_map, so it is never called as a single-process function; None for the single-process ones.
+    sharded: str | None = None
 
     def __call__(self, token_log_probs: Any, advantages: Any, token_mask: Any) -> dict[str, Any]:
+        if self.sharded:
+            raise TypeError(f"{self.name} is a per-rank function for {self.sharded} meshes; "
+                            "run it with fuzz.sharded (python -m fuzz runs its sharded rows)")
         return self.function(token_log_probs, advantages, token_mask)
 
     @property
@@ -40,6 +46,7 @@ class _Spec:
     framework: str
     module: str
     compiled: bool
+    sharded: str | None = None
 
 
 _BUILTINS: dict[str, _Spec] = {
@@ -47,8 +54,13 @@ _BUILTINS: dict[str, _Spec] = {
     "torch-compile": _Spec("torch", "impls.torch_compile", compiled=True),
     "jax-jit": _Spec("jax", "impls.jax_jit", compiled=True),
     "numpy": _Spec("numpy", "impls.numpy_impl", compiled=False),
+    "torch-distributed": _Spec("torch", "impls.torch_distributed", compiled=False, sharded="torch"),
+    "jax-shard-map": _Spec("jax", "impls.jax_shard_map", compiled=False, sharded="jax"),
 }
-BUILTIN_NAMES: tuple[str, ...] = tuple(_BUILTINS)
+# The single-process built-ins: what the ordinary campaign, the benchmarks and the contract tests call.
+BUILTIN_NAMES: tuple[str, ...] = tuple(name for name, spec in _BUILTINS.items() if spec.sharded is None)
+# The per-rank built-ins: only fuzz/sharded/ runs them (one process per rank, or under shard_map).
+SHARDED_NAMES: tuple[str, ...] = tuple(name for name, spec in _BUILTINS.items() if spec.sharded is not None)
 _loaded: dict[str, Implementation] = {}
 _failures: dict[str, str] = {}
 
@@ -64,13 +76,14 @@ def _load(name: str) -> Implementation:
         devices=tuple(adapter.devices()),
         differentiable=adapter.differentiable,
         compiled=spec.compiled,
+        sharded=spec.sharded,
     )
 
 
 def get_implementation(name: str) -> Implementation:
     """The built-in implementation `name`; raises LookupError if unknown, RuntimeError if unusable here."""
     if name not in _BUILTINS:
-        raise LookupError(f"unknown implementation {name!r}; the built-ins are {', '.join(BUILTIN_NAMES)}")
+        raise LookupError(f"unknown implementation {name!r}; the built-ins are {', '.join(_BUILTINS)}")
     if name not in _loaded and name not in _failures:
         try:
             _loaded[name] = _load(name)
