@@ -15,7 +15,7 @@ from fuzz.loader import LoadError
 from fuzz.parallel import default_jobs, run_cells
 from fuzz.report import render_failures, render_matrix, write_json
 from impls.dtypes import DTYPE_NAMES
-from impls.registry import BUILTIN_NAMES, get_implementation
+from impls.registry import BUILTIN_NAMES, SHARDED_NAMES, get_implementation
 
 INTERNAL_ERROR = 3
 NO_STRIDES_NOTE = "strided layouts n/a: JAX arrays have no strides"
@@ -65,8 +65,9 @@ def campaign_parser() -> argparse.ArgumentParser:
         "conformance matrix. Exit 0 only if everything conforms. Use `python -m fuzz check --help` to fuzz "
         "your own implementation.",
     )
-    parser.add_argument("--implementations", type=_csv(BUILTIN_NAMES, "--implementations"),
-                        default=list(BUILTIN_NAMES), help="comma-separated built-ins (default: all available)")
+    parser.add_argument("--implementations", type=_csv(BUILTIN_NAMES + SHARDED_NAMES, "--implementations"),
+                        default=list(BUILTIN_NAMES + SHARDED_NAMES),
+                        help="comma-separated built-ins (default: all available)")
     _common_options(parser, default_examples=40)
     parser.add_argument("--no-gradients", dest="gradients", action="store_false",
                         help="skip the gradient checks of the differentiable built-ins")
@@ -81,9 +82,12 @@ def check_parser() -> argparse.ArgumentParser:
         "3: the fuzzer itself failed.",
     )
     parser.add_argument("target", metavar="TARGET", help="package.module:function or path/to/file.py:function")
-    parser.add_argument("--framework", required=True, choices=FRAMEWORK_CHOICES,
+    parser.add_argument("--framework", choices=FRAMEWORK_CHOICES,
                         help="the framework the function takes; torch-compile and jax wrap it in "
                         "torch.compile(fullgraph=True, dynamic=True) / jax.jit")
+    parser.add_argument("--sharded", choices=("torch", "jax"),
+                        help="TARGET is a per-rank function (README, 'Sharded'): run it on torch.distributed "
+                        "ranks (gloo; NCCL on CUDA) or under jax.shard_map, on every mesh (instead of --framework)")
     _common_options(parser, default_examples=40)
     parser.add_argument("--gradients", action="store_true",
                         help="also fuzz the backward pass (torch autograd / jax.vjp) against the exact VJP")
@@ -112,11 +116,15 @@ def campaign(argv: Sequence[str]) -> int:
     args = campaign_parser().parse_args(argv)
     started = time.perf_counter()
     subjects, notes, skipped, compiled = [], {}, {}, set()
+    sharded = []
     for name in args.implementations:
         try:
             impl = get_implementation(name)
         except RuntimeError as error:
             skipped[name] = str(error)
+            continue
+        if impl.sharded:  # per-rank functions: fuzz/sharded/ runs their rows, after the others
+            sharded.append(name)
             continue
         subjects.append((SubjectSpec(name), impl.devices))
         if impl.compiled:
@@ -130,6 +138,10 @@ def campaign(argv: Sequence[str]) -> int:
     tasks = plan_cells(subjects, args.dtypes, args.devices, args.max_examples, args.seed, args.gradients,
                        _gradient_examples(args))
     results = run_cells(tasks, jobs=args.jobs, priority=lambda task: task.subject.name in compiled)
+    if sharded:
+        from fuzz.sharded.command import campaign_cells
+
+        results += campaign_cells(sharded, args)
     elapsed = time.perf_counter() - started
     print(f"\nConformance matrix ({elapsed:.0f} s)")
     return _finish(results, args, notes, {"command": "campaign", "seconds": elapsed, "skipped": skipped,
@@ -151,7 +163,15 @@ def run_check(args: argparse.Namespace) -> list[CellResult]:
 
 
 def check(argv: Sequence[str]) -> int:
-    args = check_parser().parse_args(argv)
+    parser = check_parser()
+    args = parser.parse_args(argv)
+    if (args.framework is None) == (args.sharded is None):
+        parser.error("give exactly one of --framework and --sharded")  # exits 2
+    if args.sharded:
+        from fuzz.sharded.command import sharded_check
+
+        explicit = any(arg.startswith("--max-examples") for arg in argv)  # else the sharded default
+        return sharded_check(args, default_examples=not explicit)
     try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
         adapter = build_subject(SubjectSpec(args.target, args.framework)).adapter
         if args.gradients and not adapter.differentiable:
