@@ -27,13 +27,14 @@ from fuzz.checks import Verdict
 from fuzz.gradients import draw_cotangents, kink_is_undecided
 from fuzz.sharded.judge import (
     compare_gradients,
+    cut_padded_gradients,
     gather_forward,
     gather_gradients,
-    judge_global_forward,
+    judge_padded_forward,
     rank_failures,
     summed_over_replicas,
 )
-from fuzz.sharded.split import MESHES, Split, draw_split, mesh_name, pad_for_shard_map, shard
+from fuzz.sharded.split import MESHES, Padded, Split, draw_split, mesh_name, pad_cotangents, pad_for_shard_map, shard
 from fuzz.sharded.torch_ranks import RankFailure
 from impls.case import Case
 from reference import complete_cotangents, vjp
@@ -119,13 +120,14 @@ def _torch_jobs(task: ShardedTask, case: Case, split: Split,
     return jobs
 
 
-def _global_job(task: ShardedTask, case: Case, split: Split,
-                cotangents: dict[str, np.ndarray] | None) -> dict[str, Any]:
-    job = {"subject": task.subject_key, "mesh": split.mesh, "dtype": case.dtype,
+def _global_job(task: ShardedTask, padded: Padded, cotangents: dict[str, np.ndarray] | None) -> dict[str, Any]:
+    """The padded global case for the JAX worker; padded rows get cotangent 0 (their gradients are 0 anyway)."""
+    case = padded.case
+    job = {"subject": task.subject_key, "mesh": task.mesh, "dtype": case.dtype,
            "mode": "plain" if task.engine == "jax-plain" else "shard_map",
            "token_log_probs": case.token_log_probs, "advantages": case.advantages, "token_mask": case.token_mask}
     if cotangents is not None:
-        job["cotangents"] = cotangents
+        job["cotangents"] = pad_cotangents(padded, cotangents)
     return job
 
 
@@ -134,8 +136,7 @@ def _example(task: ShardedTask, state: dict[str, Any], case: Case, data: st.Data
     story: list[tuple[str, object]] = []
     case, split = draw_split(_labelled(data, story), case, [task.mesh])
     case = case.with_(story=case.story + tuple(story))
-    if task.engine != "torch":
-        case = pad_for_shard_map(case, split).case
+    padded = pad_for_shard_map(case, split) if task.engine != "torch" else None
     cotangents = None
     if task.check == "gradients":
         cotangents = complete_cotangents(draw_cotangents(data, case), case.shape[0])
@@ -161,13 +162,16 @@ def _example(task: ShardedTask, state: dict[str, Any], case: Case, data: st.Data
         else:
             from fuzz.sharded.jax_worker import jax_worker
 
-            reply = jax_worker().run(_global_job(task, case, split, cotangents))
+            reply = jax_worker().run(_global_job(task, padded, cotangents))
             if cotangents is None:
-                verdict = judge_global_forward(case, reply)
+                verdict = judge_padded_forward(case, padded, reply)
             else:
                 verdict = rank_failures([reply], lambda rank: "the mesh")
                 if "gradients" in reply:
-                    verdict.merge(compare_gradients(case, reply["gradients"], exact, exact_cotangents))
+                    gradients, cut = cut_padded_gradients(padded, reply["gradients"])
+                    verdict.merge(cut)
+                    if gradients:
+                        verdict.merge(compare_gradients(case, gradients, exact, exact_cotangents))
     except RankFailure as error:
         state["fatal"] = _Failure(case, split, cotangents, [str(error)])
         verdict = Verdict([str(error)])

@@ -68,21 +68,28 @@ def campaign_cells(names: list[str], args: argparse.Namespace) -> list[CellResul
     return run_sharded_cells(tasks)
 
 
-def sharded_check(args: argparse.Namespace, default_examples: bool = False) -> int:
-    """`check --sharded`: load the target here first (exit 2 if it does not load), then fuzz every cell.
+def run_sharded_check(args: argparse.Namespace, default_examples: bool = False) -> list[CellResult]:
+    """The cells of a parsed `check --sharded`; raises LoadError when the target does not load.
     `default_examples`: --max-examples was not given, so DEFAULT_EXAMPLES per cell."""
-    from fuzz.cli import _finish, _gradient_examples
+    from fuzz.cli import _gradient_examples
 
     if default_examples:
         args.max_examples = DEFAULT_EXAMPLES
+    load_target(args.target)  # here first: a clear LoadError before any rank starts
+    tasks = plan(args.target, args.sharded, args, args.max_examples, _gradient_examples(args), builtin=False)
+    return run_sharded_cells(tasks, fail_fast=args.fail_fast)
+
+
+def sharded_check(args: argparse.Namespace, default_examples: bool = False) -> int:
+    """`check --sharded`: exit 2 if the target does not load, else fuzz every cell and report."""
+    from fuzz.cli import _finish
+
+    started = time.perf_counter()
     try:
-        load_target(args.target)
+        results = run_sharded_check(args, default_examples)
     except LoadError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    started = time.perf_counter()
-    tasks = plan(args.target, args.sharded, args, args.max_examples, _gradient_examples(args), builtin=False)
-    results = run_sharded_cells(tasks, fail_fast=args.fail_fast)
     elapsed = time.perf_counter() - started
     print(f"\n{args.target} (sharded over {args.sharded} meshes), {elapsed:.0f} s")
     return _finish(results, args, {}, {"command": "check", "target": args.target, "sharded": args.sharded,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from fuzz.checks import Verdict, compare_values
-from fuzz.sharded.split import Split
+from fuzz.sharded.split import Padded, Split
 from fuzz.tolerance import error_ratio, gradient_tolerance, tolerance
 from impls.case import Case
 from reference import OUTPUT_KEYS, Gradients, reference
@@ -83,14 +83,50 @@ def gather_forward(case: Case, split: Split, replies: list[dict[str, Any]], desc
     return verdict
 
 
-def judge_global_forward(case: Case, reply: dict[str, Any]) -> Verdict:
-    """shard_map forward: the global outputs against the reference of the (padded) global case."""
+def _padding_not_zero(name: str, values: np.ndarray, real: np.ndarray) -> list[str]:
+    """Padded positions (fully masked rows, masked tokens) must be exactly 0; `real` marks the others."""
+    bad = np.argwhere((values != 0) & ~real)
+    if not bad.size:
+        return []
+    at = tuple(int(i) for i in bad[0])
+    return [f"{name}{list(at)} = {float(values[at])!r} in the padding (masked, advantage 0), expected exactly 0"]
+
+
+def judge_padded_forward(case: Case, padded: Padded, reply: dict[str, Any]) -> Verdict:
+    """shard_map forward: padded rows exactly 0, the real rows cut out and judged against the reference of
+    the unpadded case (padding must not widen the tolerance)."""
     verdict = rank_failures([reply], lambda rank: "the mesh")
-    if reply.get("outputs") is None:
+    outputs = reply.get("outputs")
+    if outputs is None:
         return verdict
+    real_rows = np.zeros(padded.case.shape[0], bool)
+    real_rows[padded.row_index] = True
+    for key in OUTPUT_KEYS[:2]:
+        verdict.failures += _padding_not_zero(key, outputs[key], real_rows)
+    real = {key: outputs[key][padded.row_index] for key in OUTPUT_KEYS[:2]}
+    real["magnitude_ratio"] = outputs["magnitude_ratio"]
     expected = reference(case.token_log_probs, case.advantages, case.token_mask)
-    verdict.merge(compare_values(reply["outputs"], expected, tolerance(expected, case.dtype)))
+    verdict.merge(compare_values(real, expected, tolerance(expected, case.dtype)))
     return verdict
+
+
+def cut_padded_gradients(padded: Padded, gradients: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], Verdict]:
+    """The real positions of shard_map's gradients, and failures for any padded position that is not 0."""
+    verdict = Verdict()
+    batch, tokens = padded.case.shape
+    real_rows = np.zeros(batch, bool)
+    real_rows[padded.row_index] = True
+    real_tokens = np.zeros((batch, tokens), bool)
+    real_tokens[np.ix_(padded.row_index, padded.token_index)] = True
+    log_probs, advantages = gradients["d token_log_probs"], gradients["d advantages"]
+    if log_probs.shape != (batch, tokens) or advantages.shape != (batch,):
+        verdict.failures.append(f"gradients have shapes {log_probs.shape} and {advantages.shape}, expected "
+                                f"{(batch, tokens)} and {(batch,)}")
+        return {}, verdict
+    verdict.failures += _padding_not_zero("d token_log_probs", log_probs, real_tokens)
+    verdict.failures += _padding_not_zero("d advantages", advantages, real_rows)
+    return {"d token_log_probs": log_probs[np.ix_(padded.row_index, padded.token_index)],
+            "d advantages": advantages[padded.row_index]}, verdict
 
 
 def compare_gradients(case: Case, gradients: dict[str, np.ndarray], exact: Gradients,

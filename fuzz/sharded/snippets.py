@@ -9,7 +9,7 @@ import numpy as np
 
 from fuzz.campaign import Subject
 from fuzz.sharded.judge import summed_over_replicas
-from fuzz.sharded.split import Split
+from fuzz.sharded.split import Padded, Split, pad_cotangents, pad_for_shard_map
 from fuzz.tolerance import gradient_tolerance, tolerance
 from impls.case import Case
 from reference import reference, vjp
@@ -39,22 +39,39 @@ def _header(subject: Subject, case: Case, failures: list[str], how: str) -> list
     ]
 
 
-def _expected_lines(case: Case, cotangents: dict[str, np.ndarray] | None, exact_cotangents: dict | None) -> list[str]:
+def _expected_lines(case: Case, cotangents: dict[str, np.ndarray] | None, exact_cotangents: dict | None,
+                    padded: Padded | None = None) -> list[str]:
+    """Expected values and tolerances of `case`; with `padded`, placed where its rows and tokens went (padded
+    positions: exactly 0, tolerance 0)."""
     expected = reference(case.token_log_probs, case.advantages, case.token_mask)
     tol = tolerance(expected, case.dtype)
+    rows = (slice(None),) if padded is None else (padded.row_index,)
+    cells = (slice(None), slice(None)) if padded is None else np.ix_(padded.row_index, padded.token_index)
+    shape = case.shape if padded is None else padded.case.shape
+
+    def place(values: np.ndarray, where: tuple) -> np.ndarray:
+        if values.ndim == 0:
+            return values
+        out = np.zeros(shape[: values.ndim])
+        out[where] = values
+        return out
+
     lines = ["# exact float64 results of the whole batch, and the tolerance the suite's error model allows"]
     for key, value in expected.outputs().items():
-        lines += [f"EXPECTED_{key.upper()} = np.array({_literal(value)})",
-                  f"TOLERANCE_{key.upper()} = np.array({_literal(tol.as_dict()[key])})"]
+        lines += [f"EXPECTED_{key.upper()} = np.array({_literal(place(value, rows))})",
+                  f"TOLERANCE_{key.upper()} = np.array({_literal(place(tol.as_dict()[key], rows))})"]
     if cotangents is not None and exact_cotangents is not None:
         exact = vjp(case.token_log_probs, case.advantages, case.token_mask, exact_cotangents)
         gradient_tol = gradient_tolerance(exact, exact_cotangents, case.dtype)
-        lines += [f"COTANGENT_{key.upper()} = np.array({_literal(value)})" for key, value in cotangents.items()]
+        given = cotangents if padded is None else pad_cotangents(padded, cotangents)
+        lines += [f"COTANGENT_{key.upper()} = np.array({_literal(value)})" for key, value in given.items()]
         lines += ["# the exact VJP (cotangents summed over replicas where each replica receives one)",
-                  f"EXPECTED_D_LOG_PROBS = np.array({_literal(exact.token_log_probs)}).reshape{case.shape}",
-                  f"TOLERANCE_D_LOG_PROBS = np.array({_literal(gradient_tol.token_log_probs)}).reshape{case.shape}",
-                  f"EXPECTED_D_ADVANTAGES = np.array({_literal(exact.advantages)})",
-                  f"TOLERANCE_D_ADVANTAGES = np.array({_literal(gradient_tol.advantages)})"]
+                  f"EXPECTED_D_LOG_PROBS = np.array({_literal(place(exact.token_log_probs, cells))})"
+                  f".reshape{shape}",
+                  f"TOLERANCE_D_LOG_PROBS = np.array({_literal(place(gradient_tol.token_log_probs, cells))})"
+                  f".reshape{shape}",
+                  f"EXPECTED_D_ADVANTAGES = np.array({_literal(place(exact.advantages, rows))})",
+                  f"TOLERANCE_D_ADVANTAGES = np.array({_literal(place(gradient_tol.advantages, rows))})"]
     return lines
 
 
@@ -153,16 +170,17 @@ def _jax_snippet(subject: Subject, case: Case, split: Split, cotangents: dict | 
            f"jax.shard_map over a {split.data}x{split.sequence} mesh (data x sequence) of host CPU devices; "
            "uneven shards are padded with masked tokens and fully masked rows, which change nothing")
     flag = f"--xla_force_host_platform_device_count={split.world}"
+    padded = pad_for_shard_map(case, split)
     lines = [
         "import os",
         f"os.environ['XLA_FLAGS'] = os.environ.get('XLA_FLAGS', '') + ' {flag}'  # before JAX starts",
-        *_header(subject, case, failures, how),
+        *_header(subject, padded.case, failures, how),
         "import jax",
         "jax.config.update('jax_enable_x64', True)",
         "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P",
         "import ml_dtypes" if case.dtype == "bfloat16" else "",
         "",
-        *_expected_lines(case, cotangents, cotangents),
+        *_expected_lines(case, cotangents, cotangents, padded),
         CHECK_FUNCTION,
         f"DTYPE = {'ml_dtypes.bfloat16' if case.dtype == 'bfloat16' else 'np.' + case.dtype}",
         f"mesh = Mesh(np.array(jax.devices('cpu')[:{split.world}]).reshape({split.data}, {split.sequence}), "

@@ -8,7 +8,9 @@ there). With more than one sequence rank every row with tokens is split across r
 For shard_map, which needs equal shards, `pad_for_shard_map` pads every shard to the same size with
 masked tokens (NaN log-probs) and fully masked rows (advantage 0). By the single-process contract this
 changes nothing: masked positions are ignored whatever they hold, and a fully masked row is exactly 0 and
-adds 0 to N and D. The padded batch is what the function receives, and it is what gets judged.
+adds 0 to N and D. The padded batch is what the function receives; the real rows and tokens are cut out
+and judged against the reference of the unpadded case (so padding never widens a tolerance), and every
+padded row and gradient must be exactly 0.
 """
 
 from __future__ import annotations
@@ -108,11 +110,15 @@ def shard(case: Case, split: Split, rank: int) -> Shard:
                  case.token_mask[rows, tokens].copy())
 
 
-def _padded_size(largest: int) -> int:
-    """Shard sizes rounded up to a power of two: XLA compiles per shape, and this keeps the shapes few.
-    At least 1: XLA (jax 0.10) fails to compile shard_map over zero-size arrays ("expected at least one
-    operand ... GlobalToLocalShape"), so an empty batch reaches shard_map as padding only."""
-    return 1 << max(largest - 1, 0).bit_length()
+# Padded shard sizes come from short menus: XLA compiles per shape (~0.2 s each), so a cell sees a few
+# shapes many times. Never 0: XLA (jax 0.10) fails to compile shard_map over zero-size arrays ("expected at
+# least one operand ... GlobalToLocalShape"), so an empty batch reaches shard_map as padding only.
+ROWS_PER_SHARD = (4, 32)
+TOKENS_PER_SHARD = (8, 64, 512, 4096)
+
+
+def _padded_size(largest: int, menu: tuple[int, ...]) -> int:
+    return next((size for size in menu if size >= largest), 1 << max(largest - 1, 0).bit_length())
 
 
 @dataclass(frozen=True)
@@ -125,12 +131,14 @@ class Padded:
 
 
 def pad_for_shard_map(case: Case, split: Split) -> Padded:
-    """Every shard padded to one size (a power of two, at least 1): its real tokens first, then masked NaN
-    tokens; real rows first, then fully masked rows of advantage 0. Uneven and empty shards stay uneven and
-    empty in what they hold."""
+    """Every shard padded to one size (from the menus above): its real tokens first, then masked NaN tokens;
+    real rows first, then fully masked rows of advantage 0. Uneven and empty shards stay uneven and empty
+    in what they hold."""
     batch, tokens = case.shape
-    rows_per = _padded_size(max(split.row_cuts[d + 1] - split.row_cuts[d] for d in range(split.data)))
-    tokens_per = _padded_size(max(split.token_cuts[q + 1] - split.token_cuts[q] for q in range(split.sequence)))
+    rows_per = _padded_size(max(split.row_cuts[d + 1] - split.row_cuts[d] for d in range(split.data)),
+                            ROWS_PER_SHARD)
+    tokens_per = _padded_size(max(split.token_cuts[q + 1] - split.token_cuts[q] for q in range(split.sequence)),
+                              TOKENS_PER_SHARD)
     row_index = np.concatenate([d * rows_per + np.arange(split.rows(d).stop - split.rows(d).start)
                                 for d in range(split.data)]).astype(np.int64)
     token_index = np.concatenate([q * tokens_per + np.arange(split.tokens(q).stop - split.tokens(q).start)
@@ -145,3 +153,13 @@ def pad_for_shard_map(case: Case, split: Split) -> Padded:
     del batch, tokens
     padded = case.with_(token_log_probs=log_probs, advantages=advantages, token_mask=mask)
     return Padded(padded, row_index, token_index)
+
+
+def pad_cotangents(padded: Padded, cotangents: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Cotangents of the real rows placed where those rows went; 0 for padded rows."""
+    batch = padded.case.shape[0]
+    placed = {"magnitude_ratio": np.asarray(cotangents["magnitude_ratio"], dtype=np.float64)}
+    for key in ("sequence_summed", "token_averaged"):
+        placed[key] = np.zeros(batch)
+        placed[key][padded.row_index] = cotangents[key]
+    return placed

@@ -199,9 +199,14 @@ class RankPool:
                                f"{self.world} ranks had answered")
             if not ready and time.monotonic() >= deadline:
                 silent = ", ".join(describe(r) if describe else f"rank {r}" for r in waiting)
+                # What the ranks that did answer said: often the cause (one rank raised, the others wait
+                # for it in a collective).
+                said = "; ".join(f"{describe(r) if describe else f'rank {r}'}: {failure}"
+                                 for r, reply in sorted(replies.items()) if isinstance(reply, dict)
+                                 for failure in reply.get("failures", [])[:1])
                 self._fail(f"{silent} did not answer within {timeout:g} s during {doing}: it hangs (a sleep, a "
                            f"deadlock, or a collective the other ranks never join); {len(replies)} of "
-                           f"{self.world} ranks answered")
+                           f"{self.world} ranks answered" + (f" ({said})" if said else ""))
         return [replies[rank] for rank in range(self.world)]
 
     def _fail(self, message: str) -> None:
