@@ -154,3 +154,21 @@ def test_splits_cover_the_batch_and_padding_changes_nothing(data, case):
     exact, padded_exact = (reference(c.token_log_probs, c.advantages, c.token_mask) for c in (case, padded.case))
     assert np.array_equal(padded_exact.sequence_summed[padded.row_index], exact.sequence_summed)
     assert padded_exact.magnitude_ratio == exact.magnitude_ratio
+
+
+def _run_fuzz(*args: str) -> subprocess.CompletedProcess:
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-m", "fuzz", *args], cwd=root, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_check_sharded_exit_codes():
+    assert _run_fuzz("check", "no/such/file.py:f", "--sharded", "torch").returncode == 2
+    assert _run_fuzz("check", "impls.torch_distributed:sequence_vs_token_normalization").returncode == 2  # no engine
+    both = _run_fuzz("check", "impls.jax_shard_map:sequence_vs_token_normalization", "--sharded", "jax",
+                     "--framework", "jax")
+    assert both.returncode == 2 and "exactly one of --framework and --sharded" in both.stderr
+    bug = _run_fuzz("check", f"{CORPUS / 'torch_missing_sequence_reduction.py'}:{FUNCTION}", "--sharded", "torch",
+                    "--dtypes", "float32", "--fail-fast")
+    assert bug.returncode == 1, bug.stderr[-2000:]
+    assert "FAIL" in bug.stdout and "torch.multiprocessing.spawn(run_rank" in bug.stdout

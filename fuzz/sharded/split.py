@@ -113,8 +113,8 @@ def shard(case: Case, split: Split, rank: int) -> Shard:
 # Padded shard sizes come from short menus: XLA compiles per shape (~0.2 s each), so a cell sees a few
 # shapes many times. Never 0: XLA (jax 0.10) fails to compile shard_map over zero-size arrays ("expected at
 # least one operand ... GlobalToLocalShape"), so an empty batch reaches shard_map as padding only.
-ROWS_PER_SHARD = (4, 32)
-TOKENS_PER_SHARD = (8, 64, 512, 4096)
+ROWS_PER_SHARD = (32,)
+TOKENS_PER_SHARD = (16, 512, 4096)
 
 
 def _padded_size(largest: int, menu: tuple[int, ...]) -> int:
