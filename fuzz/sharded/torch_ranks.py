@@ -51,7 +51,9 @@ def _free_port() -> int:
 
 # ---------------------------------------------------------------------------------------------- rank side
 
+@functools.cache  # once per rank process: a file TARGET is executed once, as in a trainer (failures are not cached)
 def _resolve(subject: tuple[str, str]) -> Any:
+    """The function a job names: ("builtin", name) from the registry, or ("target", "path.py:function")."""
     kind, name = subject
     if kind == "builtin":
         from impls.registry import get_implementation
