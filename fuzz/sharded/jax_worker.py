@@ -168,7 +168,10 @@ class JaxWorker:
                                        daemon=True)
         self.process.start()
         child_end.close()
-        reply = self._receive(START_TIMEOUT_S, "start")
+        try:  # a failure here is the harness's (no user code has run yet)
+            reply = self._receive(START_TIMEOUT_S, "start")
+        except RankFailure as error:
+            raise RuntimeError(f"the JAX mesh worker did not start: {error}") from error
         if reply != "ready":
             self.close()
             raise RuntimeError(f"the JAX mesh worker did not start: {reply}")

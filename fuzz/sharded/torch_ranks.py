@@ -159,14 +159,26 @@ class RankPool:
     """`world` rank processes on one device type, ready for jobs; `run` sends one job to each rank."""
 
     def __init__(self, world: int, device: str = "cpu") -> None:
+        """Start the ranks. A failure here is the harness's (no user code has run yet): RuntimeError, after
+        one retry on a new port (another process may take the free port between its choice and its use)."""
         self.world, self.device = world, device
         self.broken: str | None = None
+        for attempt in range(2):
+            try:
+                self._start()
+                return
+            except RankFailure as error:
+                if attempt:
+                    raise RuntimeError(f"torch.distributed ranks did not start: {error}") from error
+
+    def _start(self) -> None:
+        self.broken = None
         context = multiprocessing.get_context("spawn")
         port = _free_port()
         self.connections, self.processes = [], []
-        for rank in range(world):
+        for rank in range(self.world):
             parent_end, child_end = context.Pipe()
-            process = context.Process(target=_rank_main, args=(rank, world, port, device, child_end),
+            process = context.Process(target=_rank_main, args=(rank, self.world, port, self.device, child_end),
                                       name=f"lossnorm-rank-{rank}", daemon=True)
             process.start()
             child_end.close()
