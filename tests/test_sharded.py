@@ -172,3 +172,30 @@ def test_check_sharded_exit_codes():
                     "--dtypes", "float32", "--fail-fast")
     assert bug.returncode == 1, bug.stderr[-2000:]
     assert "FAIL" in bug.stdout and "torch.multiprocessing.spawn(run_rank" in bug.stdout
+
+
+def test_the_judge_wants_replicas_to_agree_and_sums_replicated_advantage_gradients():
+    """Without processes: replies as two sequence ranks would send them."""
+    from fuzz.sharded.judge import gather_forward, gather_gradients, summed_over_replicas
+    from fuzz.sharded.split import Split
+    from impls.case import Case
+
+    case = Case(np.array([[-1.0, -2.0, -4.0], [-3.0, -4.0, -1.0]]), np.array([2.0, -1.0]), np.ones((2, 3), bool))
+    split = Split(1, 2, (0, 2), (0, 1, 3))
+    exact = reference(case.token_log_probs, case.advantages, case.token_mask)
+    right = {key: np.asarray(value) for key, value in exact.outputs().items()}
+    replies = [{"failures": [], "outputs": right}, {"failures": [], "outputs": {**right, "token_averaged": right[
+        "token_averaged"] + [0.0, 1.0]}}]
+    verdict = gather_forward(case, split, replies, split.describe)
+    assert any(failure.startswith("replicas disagree: token_averaged[1]") for failure in verdict.failures)
+    assert gather_forward(case, split, [replies[0], replies[0]], split.describe).ok
+
+    assert summed_over_replicas({"sequence_summed": np.ones(2), "token_averaged": np.ones(2),
+                                 "magnitude_ratio": np.array(1.0)}, split)["magnitude_ratio"] == 2
+    gradients = [{"failures": [], "gradients": {"d token_log_probs": np.full((2, columns), rank + 1.0),
+                                                "d advantages": np.array([1.0, 2.0]) * (rank + 1)}}
+                 for rank, columns in enumerate((1, 2))]
+    gathered, verdict = gather_gradients(case, split, gradients, split.describe)
+    assert verdict.ok
+    assert gathered["d token_log_probs"].tolist() == [[1.0, 2.0, 2.0], [1.0, 2.0, 2.0]]
+    assert gathered["d advantages"].tolist() == [3.0, 6.0]  # the replicas' shares add up
