@@ -18,7 +18,7 @@ from fuzz.parallel import default_jobs, run_cells
 from fuzz.report import render_failures, render_matrix, write_json
 from fuzz.tolerance import CONTRACT, PRECISIONS
 from impls.dtypes import DTYPE_NAMES
-from impls.registry import BUILTIN_NAMES, get_implementation
+from impls.registry import BUILTIN_NAMES, SHARDED_NAMES, get_implementation
 
 COUNTEREXAMPLE = 1
 INTERNAL_ERROR = 3
@@ -80,14 +80,16 @@ CHECK_HELP = ("Fuzz one implementation with the contract's signature against the
               "Exit 0: conforms; 1: counterexample found (printed as a runnable snippet); 2: usage or load error; "
               "3: the fuzzer itself failed.")
 SUBCOMMANDS = ("campaign", "check")
+DEFAULT_EXAMPLES = 40
 
 
 def _add_campaign(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("campaign", help="(the default) fuzz every built-in implementation",
                                    description=CAMPAIGN_HELP)
-    parser.add_argument("--implementations", type=_csv(BUILTIN_NAMES, "--implementations"),
-                        default=list(BUILTIN_NAMES), help="comma-separated built-ins (default: all available)")
-    _common_options(parser, default_examples=40)
+    parser.add_argument("--implementations", type=_csv(BUILTIN_NAMES + SHARDED_NAMES, "--implementations"),
+                        default=list(BUILTIN_NAMES + SHARDED_NAMES),
+                        help="comma-separated built-ins (default: all available)")
+    _common_options(parser, default_examples=DEFAULT_EXAMPLES)
     parser.add_argument("--no-gradients", dest="gradients", action="store_false",
                         help="skip the gradient checks of the differentiable built-ins")
     parser.set_defaults(run=campaign)
@@ -96,10 +98,15 @@ def _add_campaign(subparsers: argparse._SubParsersAction) -> None:
 def _add_check(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("check", help="fuzz your own implementation (TARGET)", description=CHECK_HELP)
     parser.add_argument("target", metavar="TARGET", help="package.module:function or path/to/file.py:function")
-    parser.add_argument("--framework", required=True, choices=FRAMEWORK_CHOICES,
-                        help="the framework the function takes; torch-compile and jax run it compiled: "
-                        "torch.compile(f, fullgraph=True, dynamic=True) / jax.jit(f)")
-    _common_options(parser, default_examples=40)
+    runs = parser.add_mutually_exclusive_group(required=True)
+    runs.add_argument("--framework", choices=FRAMEWORK_CHOICES,
+                      help="the framework the function takes; torch-compile and jax run it compiled: "
+                      "torch.compile(f, fullgraph=True, dynamic=True) / jax.jit(f)")
+    runs.add_argument("--sharded", choices=("torch", "jax"),
+                      help="TARGET is a per-rank function (README, 'Sharded'): run it on torch.distributed "
+                      "ranks (gloo; NCCL on CUDA) or under jax.shard_map, on every mesh (instead of --framework)")
+    _common_options(parser, default_examples=DEFAULT_EXAMPLES)
+    parser.set_defaults(max_examples=None)  # None: DEFAULT_EXAMPLES, or --sharded's own default
     parser.add_argument("--gradients", action="store_true",
                         help="also fuzz the backward pass (torch autograd / jax.vjp) against the exact VJP")
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default=CONTRACT.name,
@@ -143,6 +150,8 @@ def check_parser() -> argparse.ArgumentParser:
 
 
 def _gradient_examples(args: argparse.Namespace) -> int:
+    if args.max_examples is None:
+        args.max_examples = DEFAULT_EXAMPLES
     return args.gradient_examples if args.gradient_examples is not None else max(1, args.max_examples // 2)
 
 
@@ -160,12 +169,15 @@ def _finish(results: list[CellResult], args: argparse.Namespace, notes: dict[str
 
 def campaign(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    subjects, notes, skipped, compiled = [], {}, {}, set()
+    subjects, notes, skipped, compiled, sharded = [], {}, {}, set(), []
     for name in args.implementations:
         try:
             impl = get_implementation(name)
         except RuntimeError as error:
             skipped[name] = str(error)
+            continue
+        if impl.sharded:  # per-rank functions: fuzz/sharded/ runs their rows, after the others
+            sharded.append(name)
             continue
         subjects.append((SubjectSpec(name), impl.devices))
         if impl.compiled:
@@ -180,6 +192,10 @@ def campaign(args: argparse.Namespace) -> int:
                        _gradient_examples(args))
     results = run_cells(tasks, jobs=args.jobs, timeout=args.timeout,
                         priority=lambda task: task.subject.name in compiled)
+    if sharded:
+        from fuzz.sharded.command import campaign_cells
+
+        results += campaign_cells(sharded, args)
     elapsed = time.perf_counter() - started
     print(f"\nConformance matrix ({elapsed:.0f} s)")
     return _finish(results, args, notes, {"command": "campaign", "seconds": elapsed, "skipped": skipped,
@@ -191,8 +207,9 @@ def check_tasks(args: argparse.Namespace) -> list[CellTask]:
     Raises LoadError when the target does not load."""
     spec = SubjectSpec(args.target, args.framework, args.precision)
     devices = build_subject(spec).adapter.devices()
+    gradient_examples = _gradient_examples(args)  # resolves the default --max-examples too
     return plan_cells([(spec, devices)], args.dtypes, args.devices, args.max_examples, args.seed,
-                      args.gradients, _gradient_examples(args))
+                      args.gradients, gradient_examples)
 
 
 def run_check(args: argparse.Namespace) -> list[CellResult]:
@@ -201,6 +218,10 @@ def run_check(args: argparse.Namespace) -> list[CellResult]:
 
 
 def check(args: argparse.Namespace) -> int:
+    if args.sharded:
+        from fuzz.sharded.command import sharded_check
+
+        return sharded_check(args, default_examples=args.max_examples is None)
     try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
         adapter = build_subject(SubjectSpec(args.target, args.framework, args.precision)).adapter
         if args.gradients and not adapter.differentiable:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from fuzz.checks import INPUT_MODIFIED, Verdict, call_safely, modified_inputs, out_of_tolerance, same_bits
 from fuzz.exact import exact as exact_results
-from fuzz.tolerance import backward_overflows, error_ratio, gradient_tolerance, ulp_error
+from fuzz.tolerance import Precision, backward_overflows, error_ratio, gradient_tolerance, ulp_error
 from impls.case import Case
 from impls.dtypes import largest, round_to
 from reference import Gradients, complete_cotangents, vjp
@@ -76,38 +76,52 @@ def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray],
     _, grad_log_probs, grad_advantages = result
     for change in modified_inputs(adapter, inputs, snapshot):
         verdict.fail(INPUT_MODIFIED, change)
-    tol = gradient_tolerance(exact, cotangents, case.dtype, precision)
-    overflow = backward_overflows(exact, cotangents, case.dtype, precision)
-    for name, got, want, bound, scale, shape in (
-        ("d token_log_probs", grad_log_probs, exact.token_log_probs, tol.token_log_probs,
-         tol.token_log_probs_scale, case.shape),
-        ("d advantages", grad_advantages, exact.advantages, tol.advantages, tol.advantages_scale, case.shape[:1]),
-    ):
+    values = {}
+    for name, got in (("d token_log_probs", grad_log_probs), ("d advantages", grad_advantages)):
         if not adapter.is_array(got):
             verdict.fail(GRADIENT_STRUCTURE, f"{name} is a {type(got).__name__}, not a {adapter.array_type}")
             continue
         if adapter.dtype_of(got) != case.dtype:
             verdict.fail(GRADIENT_STRUCTURE, f"{name} has dtype {adapter.dtype_of(got)}, expected {case.dtype}")
-        values = adapter.to_float64(got)
-        if values.shape != shape:
-            verdict.fail(GRADIENT_STRUCTURE, f"{name} has shape {values.shape}, expected {shape}")
+        values[name] = adapter.to_float64(got)
+    verdict.merge(judge_gradients(case, values, exact, cotangents, precision))
+    if verdict.ok:
+        verdict.deterministic = _same_gradients_again(subject, inputs, cotangents, result)
+    return verdict
+
+
+def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Gradients, cotangents: dict[str, np.ndarray],
+                    precision: Precision) -> Verdict:
+    """Gradients read back as float64 (any of "d token_log_probs", "d advantages" present) against the exact
+    VJP taken with `cotangents`: shapes, finite (or an overflow of the dtype), exactly 0 at masked positions,
+    within the tolerance model."""
+    verdict = Verdict()
+    tol = gradient_tolerance(exact, cotangents, case.dtype, precision)
+    overflow = backward_overflows(exact, cotangents, case.dtype, precision)
+    for name, want, bound, scale in (
+        ("d token_log_probs", exact.token_log_probs, tol.token_log_probs, tol.token_log_probs_scale),
+        ("d advantages", exact.advantages, tol.advantages, tol.advantages_scale),
+    ):
+        if name not in values:
             continue
-        if not np.isfinite(values).all():
-            verdict.fail(*_non_finite(name, values, overflow, case.dtype))
-        if name == "d token_log_probs" and (values[~case.token_mask] != 0).any():
+        got = values[name]
+        if got.shape != want.shape:
+            verdict.fail(GRADIENT_STRUCTURE, f"{name} has shape {got.shape}, expected {want.shape}")
+            continue
+        if not np.isfinite(got).all():
+            verdict.fail(*_non_finite(name, got, overflow, case.dtype))
+        if name == "d token_log_probs" and (got[~case.token_mask] != 0).any():
             verdict.fail(GRADIENT_MASKED, f"{name} is not exactly 0 at masked positions")
-        ratios = error_ratio(values, want, bound)
+        ratios = error_ratio(got, want, bound)
         verdict.error_ratios[name] = float(np.max(ratios, initial=0.0))
-        verdict.ulps = max(verdict.ulps, float(np.max(ulp_error(values, want, case.dtype, scale), initial=0.0)))
-        if verdict.error_ratios[name] > 1 and np.isfinite(values).all():
+        verdict.ulps = max(verdict.ulps, float(np.max(ulp_error(got, want, case.dtype, scale), initial=0.0)))
+        if verdict.error_ratios[name] > 1 and np.isfinite(got).all():
             at = np.unravel_index(int(np.argmax(ratios)), ratios.shape)
             verdict.fail(
                 out_of_tolerance(name),
-                f"{name}{list(map(int, at))} = {float(values[at])!r}, expected {float(want[at])!r} "
+                f"{name}{list(map(int, at))} = {float(got[at])!r}, expected {float(want[at])!r} "
                 f"(err/tol = {verdict.error_ratios[name]:.3g}, tol = {float(bound[at]):.3g})",
             )
-    if verdict.ok:
-        verdict.deterministic = _same_gradients_again(subject, inputs, cotangents, result)
     return verdict
 
 

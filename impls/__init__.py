@@ -3,6 +3,7 @@
 from impls.case import Case
 from impls.registry import (
     BUILTIN_NAMES,
+    SHARDED_NAMES,
     Implementation,
     available_implementations,
     get_implementation,
@@ -11,6 +12,7 @@ from impls.registry import (
 
 __all__ = [
     "BUILTIN_NAMES",
+    "SHARDED_NAMES",
     "Case",
     "Implementation",
     "available_implementations",

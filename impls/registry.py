@@ -29,6 +29,9 @@ class Implementation:
     compiled: bool = False
     benchmark_devices: tuple[str, ...] | None = None  # None: all its devices
     compiled_count: Callable[[], int] | None = None  # the module's own counter of compiled graphs or kernels
+    # "torch" or "jax" for a per-rank function (fuzz/sharded/): it takes process groups or runs under
+    # shard_map, so it is never called as a single-process function; None for the single-process ones.
+    sharded: str | None = None
 
     def scope(self, case: Any) -> AbstractContextManager[None]:
         """The framework settings a call on `case` needs (its adapter's scope, e.g. JAX's x64 for float64)."""
@@ -44,6 +47,9 @@ class Implementation:
         return self.devices if self.benchmark_devices is None else self.benchmark_devices
 
     def __call__(self, token_log_probs: Any, advantages: Any, token_mask: Any) -> dict[str, Any]:
+        if self.sharded:
+            raise TypeError(f"{self.name} is a per-rank function for {self.sharded} meshes; "
+                            "run it with fuzz.sharded (python -m fuzz runs its sharded rows)")
         return self.function(token_log_probs, advantages, token_mask)
 
     @property
@@ -64,6 +70,7 @@ class _Spec:
     dtypes: tuple[str, ...] | None = None
     differentiable: bool | None = None
     benchmark_devices: tuple[str, ...] | None = None
+    sharded: str | None = None
 
 
 _BUILTINS: dict[str, _Spec] = {
@@ -74,8 +81,13 @@ _BUILTINS: dict[str, _Spec] = {
                           differentiable=True, benchmark_devices=("cuda",)),
     "jax-jit": _Spec("jax", "impls.jax_jit", compiled=True),
     "numpy": _Spec("numpy", "impls.numpy_impl", compiled=False),
+    "torch-distributed": _Spec("torch", "impls.torch_distributed", compiled=False, sharded="torch"),
+    "jax-shard-map": _Spec("jax", "impls.jax_shard_map", compiled=False, sharded="jax"),
 }
-BUILTIN_NAMES: tuple[str, ...] = tuple(_BUILTINS)
+# The single-process built-ins: what the ordinary campaign, the benchmarks and the contract tests call.
+BUILTIN_NAMES: tuple[str, ...] = tuple(name for name, spec in _BUILTINS.items() if spec.sharded is None)
+# The per-rank built-ins: only fuzz/sharded/ runs them (one process per rank, or under shard_map).
+SHARDED_NAMES: tuple[str, ...] = tuple(name for name, spec in _BUILTINS.items() if spec.sharded is not None)
 _loaded: dict[str, Implementation] = {}
 _failures: dict[str, str] = {}
 
@@ -97,13 +109,14 @@ def _load(name: str) -> Implementation:
         compiled=spec.compiled,
         benchmark_devices=benchmark_devices,
         compiled_count=getattr(module, "compiled_count", None),
+        sharded=spec.sharded,
     )
 
 
 def get_implementation(name: str) -> Implementation:
     """The built-in implementation `name`; raises LookupError if unknown, RuntimeError if unusable here."""
     if name not in _BUILTINS:
-        raise LookupError(f"unknown implementation {name!r}; the built-ins are {', '.join(BUILTIN_NAMES)}")
+        raise LookupError(f"unknown implementation {name!r}; the built-ins are {', '.join(_BUILTINS)}")
     if name not in _loaded and name not in _failures:
         try:
             _loaded[name] = _load(name)

@@ -1,0 +1,241 @@
+"""A worker process with host-platform CPU devices that runs functions under `jax.shard_map`.
+
+JAX fixes its device count when it initializes, from XLA_FLAGS=--xla_force_host_platform_device_count=N,
+so the sharded JAX runs need a process of their own: this one is spawned with that flag (and x64), and it
+is kept alive across examples and cells. Each job is one padded global case (see fuzz/sharded/split.py)
+on a mesh ("data", "sequence"): the function runs under
+    jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=(P("data", "sequence"), P("data"), P("data", "sequence")),
+                          out_specs={"sequence_summed": P("data"), "token_averaged": P("data"),
+                                     "magnitude_ratio": P()}))
+and for gradients under jax.vjp of that global function, with global cotangents. The "plain jit" mode
+runs a single-process function under jax.jit with its inputs sharded the same way (XLA partitions it).
+
+Deadlines and deaths are handled as for torch ranks: a worker that dies or hangs raises RankFailure.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import time
+import traceback
+from typing import Any
+
+from fuzz.sharded.torch_ranks import START_TIMEOUT_S, RankFailure, rank_timeout
+
+DEVICES = 4  # the largest mesh has 4 devices
+IN_SPECS = (("data", "sequence"), ("data",), ("data", "sequence"))
+OUT_SPECS = {"sequence_summed": ("data",), "token_averaged": ("data",), "magnitude_ratio": ()}
+
+
+def shard_map_function() -> Any:
+    """jax.shard_map, or jax.experimental.shard_map.shard_map on older JAX."""
+    import jax
+
+    if hasattr(jax, "shard_map"):
+        return jax.shard_map
+    from jax.experimental.shard_map import shard_map
+
+    return shard_map
+
+
+# ---------------------------------------------------------------------------------------------- worker side
+
+class _Runner:
+    def __init__(self) -> None:
+        import jax
+
+        self.jax = jax  # x64 only while a float64 case runs: the adapter's scope, in run()
+        self.functions: dict[Any, Any] = {}
+        self.compiled: dict[Any, Any] = {}
+
+    def mesh(self, shape: tuple[int, int]) -> Any:
+        import numpy as np
+        from jax.sharding import Mesh
+
+        devices = np.array(self.jax.devices("cpu")[: shape[0] * shape[1]]).reshape(shape)
+        return Mesh(devices, ("data", "sequence"))
+
+    def function(self, subject: tuple[str, str]) -> Any:
+        if subject not in self.functions:
+            from fuzz.sharded.torch_ranks import _resolve
+
+            self.functions[subject] = _resolve(subject)
+        return self.functions[subject]
+
+    def callables(self, subject: tuple[str, str], mode: str, shape: tuple[int, int]) -> tuple[Any, Any]:
+        """(forward, forward-and-VJP), both jitted, built once per (function, mode, mesh)."""
+        key = (subject, mode, shape)
+        if key not in self.compiled:
+            from jax.sharding import PartitionSpec as P
+
+            fn, mesh = self.function(subject), self.mesh(shape)
+            if mode == "shard_map":
+                shard_map = shard_map_function()
+                kwargs = {"mesh": mesh, "in_specs": tuple(P(*spec) for spec in IN_SPECS),
+                          "out_specs": {key: P(*spec) for key, spec in OUT_SPECS.items()}}
+                mapped = shard_map(fn, **kwargs)
+            else:
+                mapped = fn
+
+            def forward_and_backward(lp: Any, adv: Any, mask: Any, cotangents: Any) -> Any:
+                outputs, pullback = self.jax.vjp(lambda a, b: mapped(a, b, mask), lp, adv)
+                return outputs, *pullback({k: cotangents[k].astype(v.dtype) for k, v in outputs.items()})
+
+            self.compiled[key] = (self.jax.jit(mapped), self.jax.jit(forward_and_backward))
+        return self.compiled[key]
+
+    def run(self, job: dict[str, Any]) -> dict[str, Any]:
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        from fuzz.checks import Failure, call_safely, check_output_structure
+        from fuzz.gradients import GRADIENT_STRUCTURE
+        from fuzz.sharded.torch_ranks import LOAD_FAILED
+        from impls.case import Case
+        from impls.dtypes import numpy_dtype
+        from impls.frameworks import load_framework
+        from reference import OUTPUT_KEYS
+
+        adapter = load_framework("jax")
+        try:
+            forward, backward = self.callables(job["subject"], job["mode"], job["mesh"])
+        except Exception as error:
+            return {"failures": [Failure(LOAD_FAILED, f"cannot load the function: {type(error).__name__}: {error}")],
+                    "traceback": traceback.format_exc()}
+        case = Case(job["token_log_probs"], job["advantages"], job["token_mask"], dtype=job["dtype"])
+        with adapter.scope(case):  # float64 cases under x64, the others under JAX's defaults
+            mesh = self.mesh(job["mesh"])
+            dtype = numpy_dtype(case.dtype)
+            inputs = [self.jax.device_put(value, NamedSharding(mesh, P(*spec))) for value, spec in
+                      zip((case.token_log_probs.astype(dtype), case.advantages.astype(dtype), case.token_mask),
+                          IN_SPECS)]
+            cotangents = job.get("cotangents")
+            if cotangents is None:
+                outputs, verdict = call_safely(forward, *inputs)
+            else:
+                result, verdict = call_safely(backward, *inputs, cotangents)
+                outputs = result[0] if result is not None else None
+            reply: dict[str, Any] = {"failures": list(verdict.failures), "traceback": verdict.traceback}
+            if not verdict.ok:
+                if cotangents is not None:
+                    reply["failures"] = [Failure(f"backward {f.kind}", f"backward {f.message}")
+                                         for f in verdict.failures]
+                return reply
+            if cotangents is None:
+                reply["failures"] += check_output_structure(outputs, adapter, case).failures
+                if isinstance(outputs, dict) and all(adapter.is_array(outputs.get(key)) for key in OUTPUT_KEYS):
+                    reply["outputs"] = {key: adapter.to_float64(outputs[key]) for key in OUTPUT_KEYS}
+                return reply
+            _, grad_log_probs, grad_advantages = result
+            reply["gradients"] = {}
+            for name, got in (("d token_log_probs", grad_log_probs), ("d advantages", grad_advantages)):
+                if adapter.dtype_of(got) != case.dtype:
+                    reply["failures"].append(Failure(
+                        GRADIENT_STRUCTURE, f"{name} has dtype {adapter.dtype_of(got)}, expected {case.dtype}"))
+                reply["gradients"][name] = adapter.to_float64(got)
+            return reply
+
+
+def _worker_main(connection: Any) -> None:
+    # Before JAX initializes: it reads the device count once.
+    flags = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={DEVICES}".strip()
+    runner = _Runner()
+    connection.send("ready" if len(runner.jax.devices("cpu")) >= DEVICES
+                    else f"only {len(runner.jax.devices('cpu'))} CPU devices")
+    while True:
+        try:
+            message = connection.recv()
+        except EOFError:
+            break
+        if message[0] == "stop":
+            break
+        try:
+            reply = runner.run(message[1])
+        except Exception as error:
+            reply = {"internal": f"{type(error).__name__}: {error}\n{traceback.format_exc()}"}
+        connection.send(reply)
+
+
+# -------------------------------------------------------------------------------------------- parent side
+
+class JaxWorker:
+    def __init__(self) -> None:
+        self.broken: str | None = None
+        context = multiprocessing.get_context("spawn")
+        self.connection, child_end = context.Pipe()
+        self.process = context.Process(target=_worker_main, args=(child_end,), name="lossnorm-jax-mesh",
+                                       daemon=True)
+        self.process.start()
+        child_end.close()
+        try:  # a failure here is the harness's (no user code has run yet)
+            reply = self._receive(START_TIMEOUT_S, "start")
+        except RankFailure as error:
+            raise RuntimeError(f"the JAX mesh worker did not start: {error}") from error
+        if reply != "ready":
+            self.close()
+            raise RuntimeError(f"the JAX mesh worker did not start: {reply}")
+
+    def _receive(self, timeout: float, doing: str) -> Any:
+        deadline = time.monotonic() + timeout
+        ready = multiprocessing.connection.wait([self.connection, self.process.sentinel], timeout=timeout)
+        if self.connection in ready:
+            try:
+                return self.connection.recv()
+            except (EOFError, OSError):
+                pass
+        if ready:
+            self.process.join(5)
+            self._fail(f"the JAX mesh worker died during {doing} (exit code {self.process.exitcode}: os._exit, "
+                       "a crash or a kill)")
+        del deadline
+        self._fail(f"the JAX mesh worker did not answer within {timeout:g} s during {doing}: it hangs "
+                   "(a sleep, a deadlock or a callback that never returns)")
+
+    def _fail(self, message: str) -> None:
+        self.broken = message
+        self.close()
+        raise RankFailure(message)
+
+    def run(self, job: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        if self.broken:
+            raise RankFailure(self.broken)
+        with contextlib.suppress(BrokenPipeError, OSError):  # a dead worker shows in _receive
+            self.connection.send(("run", job))
+        # The first call of each shape compiles: allow for it on top of the per-example deadline.
+        reply = self._receive((rank_timeout() if timeout is None else timeout) + 60, "an example")
+        if "internal" in reply:
+            self.close()
+            raise RuntimeError(f"the harness failed in the JAX mesh worker: {reply['internal']}")
+        return reply
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.connection.send(("stop",))
+        self.process.join(0.5 if self.broken is None else 0)
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        self.connection.close()
+
+
+_WORKER: list[JaxWorker] = []
+
+
+def jax_worker() -> JaxWorker:
+    """The live JAX mesh worker of this process, started if there is none (or the last one broke)."""
+    if not _WORKER or _WORKER[0].broken or not _WORKER[0].process.is_alive():
+        _WORKER[:] = [JaxWorker()]
+    return _WORKER[0]
+
+
+@atexit.register
+def close_worker() -> None:
+    for worker in _WORKER:
+        if not worker.broken:
+            worker.close()
+    _WORKER.clear()

@@ -1,0 +1,289 @@
+"""A pool of torch.distributed rank processes, started once and kept alive across examples and cells.
+
+A pool has a fixed world size (1, 2 or 4) and serves every mesh of that size: at start every rank creates
+the data and sequence groups of each such mesh (new_group must be called by every rank, in one order).
+The default group is the whole pool, so a per-rank function may reduce over every rank of the mesh with
+group=None. Ranks use gloo on 127.0.0.1 (NCCL when the cells run on CUDA), are spawned (never forked: the
+parent may hold threads), and receive one job per example over a pipe.
+
+Every call has a deadline. A rank that dies (a crash, os._exit) or does not answer in time (a sleep, a
+deadlock, a collective the other ranks never join) breaks the pool: all its ranks are terminated and the
+call raises RankFailure with a message naming the rank; the next call needs a new pool. An exception
+raised by the function on a rank is that rank's reply, not a broken pool; after such an example the ranks
+pass a barrier, so a rank left inside a collective shows up as a hang there and then.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime
+import functools
+import multiprocessing
+import multiprocessing.connection
+import os
+import socket
+import time
+import traceback
+from typing import Any
+
+from fuzz.sharded.split import MESHES
+
+DEFAULT_TIMEOUT_S = 60.0  # per example; a correct example takes milliseconds, a cold start seconds
+START_TIMEOUT_S = 180.0  # spawning ranks imports torch in each; slow on a loaded 2-core machine
+TIMEOUT_VARIABLE = "LOSSNORM_RANK_TIMEOUT"
+
+
+def rank_timeout() -> float:
+    """Seconds a rank may take for one example: $LOSSNORM_RANK_TIMEOUT, else DEFAULT_TIMEOUT_S."""
+    return float(os.environ.get(TIMEOUT_VARIABLE, DEFAULT_TIMEOUT_S))
+
+
+class RankFailure(Exception):
+    """A rank died or hung: the pool is gone, and the message says which rank and how."""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------- rank side
+
+@functools.cache  # once per rank process: a file TARGET is executed once, as in a trainer (failures are not cached)
+def _resolve(subject: tuple[str, str]) -> Any:
+    """The function a job names: ("builtin", name) from the registry, or ("target", "path.py:function")."""
+    kind, name = subject
+    if kind == "builtin":
+        from impls.registry import get_implementation
+
+        return get_implementation(name).function
+    from fuzz.loader import load_target
+
+    return load_target(name).function
+
+
+LOAD_FAILED = "function does not load on the ranks"
+
+
+def _run_job(job: dict[str, Any], groups: dict[tuple[int, int], tuple[Any, Any]], rank: int) -> dict[str, Any]:
+    """One example on this rank: the forward pass (checked for structure and unchanged inputs), or the VJP."""
+    from fuzz.checks import INPUT_MODIFIED, Failure, call_safely, check_output_structure, modified_inputs
+    from fuzz.gradients import GRADIENT_STRUCTURE
+    from impls.case import Case
+    from impls.frameworks import load_framework
+    from reference import OUTPUT_KEYS
+
+    adapter = load_framework("torch")
+    try:
+        fn = _resolve(job["subject"])
+    except Exception as error:
+        return {"failures": [Failure(LOAD_FAILED, f"cannot load the function on the rank: "
+                                                  f"{type(error).__name__}: {error}")],
+                "traceback": traceback.format_exc()}
+    data_group, sequence_group = groups[job["mesh"]]
+    bound = functools.partial(fn, data_group=data_group, sequence_group=sequence_group)
+    case = Case(job["token_log_probs"], job["advantages"], job["token_mask"], dtype=job["dtype"],
+                device=job["device"])
+    cotangents = job.get("cotangents")
+    inputs = adapter.materialize(case, requires_grad=cotangents is not None)
+    snapshot = adapter.snapshot(inputs)
+    if cotangents is None:
+        outputs, verdict = call_safely(bound, *inputs)
+    else:
+        result, verdict = call_safely(adapter.vjp, bound, inputs, cotangents)
+        outputs = result[0] if result is not None else None
+    reply: dict[str, Any] = {"failures": list(verdict.failures), "traceback": verdict.traceback}
+    if not verdict.ok:
+        if cotangents is not None:
+            reply["failures"] = [Failure(f"backward {f.kind}", f"backward {f.message}") for f in verdict.failures]
+        return reply
+    reply["failures"] += [Failure(INPUT_MODIFIED, change) for change in modified_inputs(adapter, inputs, snapshot)]
+    if cotangents is None:
+        reply["failures"] += check_output_structure(outputs, adapter, case).failures
+        if isinstance(outputs, dict) and all(adapter.is_array(outputs.get(key)) for key in OUTPUT_KEYS):
+            reply["outputs"] = {key: adapter.to_float64(outputs[key]) for key in OUTPUT_KEYS}
+        return reply
+    _, grad_log_probs, grad_advantages = result
+    reply["gradients"] = {}
+    for name, got in (("d token_log_probs", grad_log_probs), ("d advantages", grad_advantages)):
+        if not adapter.is_array(got):
+            reply["failures"].append(Failure(GRADIENT_STRUCTURE,
+                                             f"{name} is a {type(got).__name__}, not a torch.Tensor"))
+            continue
+        if adapter.dtype_of(got) != case.dtype:
+            reply["failures"].append(Failure(GRADIENT_STRUCTURE,
+                                             f"{name} has dtype {adapter.dtype_of(got)}, expected {case.dtype}"))
+        reply["gradients"][name] = adapter.to_float64(got)
+    return reply
+
+
+def _rank_main(rank: int, world: int, port: int, device: str, connection: Any) -> None:
+    """A rank's life: join the process group, make every mesh's groups, then answer jobs until told to stop."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # several ranks share a few cores
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    backend = "nccl" if device == "cuda" else "gloo"
+    if device == "cuda":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=max(rank_timeout(), 30) * 4))
+    groups: dict[tuple[int, int], tuple[Any, Any]] = {}
+    for data, sequence in MESHES:
+        if data * sequence != world:
+            continue
+        data_groups = [dist.new_group([d * sequence + q for d in range(data)]) for q in range(sequence)]
+        sequence_groups = [dist.new_group([d * sequence + q for q in range(sequence)]) for d in range(data)]
+        d, q = divmod(rank, sequence)
+        groups[(data, sequence)] = (data_groups[q], sequence_groups[d])
+    connection.send("ready")
+    while True:
+        try:
+            message = connection.recv()
+        except EOFError:  # the parent is gone
+            break
+        if message[0] == "stop":
+            break
+        if message[0] == "barrier":
+            dist.barrier()
+            connection.send("ok")
+            continue
+        try:
+            reply = _run_job(message[1], groups, rank)
+        except Exception as error:  # the harness's own failure on this rank
+            reply = {"internal": f"{type(error).__name__}: {error}\n{traceback.format_exc()}"}
+        connection.send(reply)
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
+
+
+# -------------------------------------------------------------------------------------------- parent side
+
+class RankPool:
+    """`world` rank processes on one device type, ready for jobs; `run` sends one job to each rank."""
+
+    def __init__(self, world: int, device: str = "cpu") -> None:
+        """Start the ranks. A failure here is the harness's (no user code has run yet): RuntimeError, after
+        one retry on a new port (another process may take the free port between its choice and its use)."""
+        self.world, self.device = world, device
+        self.broken: str | None = None
+        for attempt in range(2):
+            try:
+                self._start()
+                return
+            except RankFailure as error:
+                if attempt:
+                    raise RuntimeError(f"torch.distributed ranks did not start: {error}") from error
+
+    def _start(self) -> None:
+        self.broken = None
+        context = multiprocessing.get_context("spawn")
+        port = _free_port()
+        self.connections, self.processes = [], []
+        for rank in range(self.world):
+            parent_end, child_end = context.Pipe()
+            process = context.Process(target=_rank_main, args=(rank, self.world, port, self.device, child_end),
+                                      name=f"lossnorm-rank-{rank}", daemon=True)
+            process.start()
+            child_end.close()
+            self.connections.append(parent_end)
+            self.processes.append(process)
+        replies = self._gather(START_TIMEOUT_S, "start (init_process_group and new_group)", None)
+        if any(reply != "ready" for reply in replies):
+            self.close()
+            raise RuntimeError(f"torch.distributed ranks did not start: {replies}")
+
+    def _gather(self, timeout: float, doing: str, describe: Any) -> list[Any]:
+        """Each rank's reply, waiting on the pipes and the processes together so that a death shows at once."""
+        deadline = time.monotonic() + timeout
+        replies: dict[int, Any] = {}
+        while len(replies) < self.world:
+            waiting = [rank for rank in range(self.world) if rank not in replies]
+            ready = multiprocessing.connection.wait(
+                [self.connections[r] for r in waiting] + [self.processes[r].sentinel for r in waiting],
+                timeout=max(0.0, deadline - time.monotonic()))
+            for rank in waiting:
+                if self.connections[rank] in ready:
+                    try:
+                        replies[rank] = self.connections[rank].recv()
+                        continue
+                    except (EOFError, OSError):
+                        pass
+                if self.connections[rank] in ready or self.processes[rank].sentinel in ready:
+                    self.processes[rank].join(5)
+                    code = self.processes[rank].exitcode
+                    self._fail(f"{describe(rank) if describe else f'rank {rank}'} died during {doing} "
+                               f"(exit code {code}: os._exit, a crash or a kill), after {len(replies)} of "
+                               f"{self.world} ranks had answered")
+            if not ready and time.monotonic() >= deadline:
+                silent = ", ".join(describe(r) if describe else f"rank {r}" for r in waiting)
+                # What the ranks that did answer said: often the cause (one rank raised, the others wait
+                # for it in a collective).
+                said = "; ".join(f"{describe(r) if describe else f'rank {r}'}: {failure}"
+                                 for r, reply in sorted(replies.items()) if isinstance(reply, dict)
+                                 for failure in reply.get("failures", [])[:1])
+                self._fail(f"{silent} did not answer within {timeout:g} s during {doing}: it hangs (a sleep, a "
+                           f"deadlock, or a collective the other ranks never join); {len(replies)} of "
+                           f"{self.world} ranks answered" + (f" ({said})" if said else ""))
+        return [replies[rank] for rank in range(self.world)]
+
+    def _fail(self, message: str) -> None:
+        self.broken = message
+        self.close()
+        raise RankFailure(message)
+
+    def run(self, jobs: list[dict[str, Any]], describe: Any, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Send jobs[rank] to every rank; their replies, or RankFailure (the pool is then closed)."""
+        if self.broken:
+            raise RankFailure(self.broken)
+        timeout = rank_timeout() if timeout is None else timeout
+        for rank, job in enumerate(jobs):
+            try:
+                self.connections[rank].send(("run", job))
+            except (BrokenPipeError, OSError):
+                self._gather(timeout, "an example", describe)  # reports the dead rank
+        replies = self._gather(timeout, "an example", describe)
+        internal = [reply["internal"] for reply in replies if "internal" in reply]
+        if internal:
+            self.close()
+            raise RuntimeError(f"the harness failed on a rank: {internal[0]}")
+        if any(reply["failures"] for reply in replies):
+            for connection in self.connections:  # a rank left inside a collective hangs here, now
+                connection.send(("barrier",))
+            self._gather(timeout, "the barrier after a failing example", describe)
+        return replies
+
+    def close(self) -> None:
+        for connection in self.connections:
+            with contextlib.suppress(Exception):
+                connection.send(("stop",))
+        for process in self.processes:
+            process.join(0.5 if self.broken is None else 0)
+            if process.is_alive():
+                process.kill()
+        for process in self.processes:
+            process.join(5)
+        for connection in self.connections:
+            connection.close()
+        self.connections, self.processes = [], []
+
+
+_POOLS: dict[tuple[int, str], RankPool] = {}
+
+
+def pool_for(world: int, device: str) -> RankPool:
+    """The live pool of this size on this device, started if there is none (or the last one broke)."""
+    pool = _POOLS.get((world, device))
+    if pool is None or pool.broken or not pool.processes:
+        pool = _POOLS[(world, device)] = RankPool(world, device)
+    return pool
+
+
+@atexit.register
+def close_pools() -> None:
+    for pool in _POOLS.values():
+        pool.close()
+    _POOLS.clear()

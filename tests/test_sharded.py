@@ -1,0 +1,201 @@
+"""Sharded normalization (fuzz/sharded/): `check --sharded` rejects every bug of tests/corpus/sharded/ at its
+default budget and accepts every correct variant at 10x; a rank that raises, exits or hangs fails its cell
+with a clear message within the timeout; the sharded built-ins conform.
+
+Each pytest worker keeps its rank pools and its JAX mesh worker across tests (they are started once per
+process), so only the first sharded test of a worker pays for starting them."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fuzz.cli import check_parser
+from fuzz.sharded.cells import plan_sharded_cells, run_sharded_cells
+from fuzz.sharded.command import DEFAULT_EXAMPLES, run_sharded_check
+from fuzz.sharded.split import MESHES, draw_split, pad_for_shard_map
+from fuzz.sharded.torch_ranks import TIMEOUT_VARIABLE
+from fuzz.strategies import cases
+from reference import reference
+
+CORPUS = Path(__file__).parent / "corpus" / "sharded"
+FUNCTION = "loss_normalization"
+
+
+def _metadata(path: Path) -> dict[str, str]:
+    values = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and \
+                node.targets[0].id in ("FRAMEWORK", "EXPECT"):
+            values[node.targets[0].id] = node.value.value
+    return values
+
+
+ENTRIES = sorted((path, _metadata(path)) for path in CORPUS.glob("*.py"))
+
+
+def _check(path: Path, engine: str, *options: str, default_examples: bool = True):
+    args = check_parser().parse_args([f"{path}:{FUNCTION}", "--sharded", engine, *options])
+    return run_sharded_check(args, default_examples=default_examples)
+
+
+def test_the_sharded_corpus_has_every_bug_class():
+    names = {path.stem for path, _ in ENTRIES}
+    assert {"torch_ratio_averaged_over_data_ranks", "torch_counts_from_local_slice", "torch_all_reduce_avg",
+            "torch_missing_sequence_reduction", "torch_non_differentiable_all_reduce",
+            "torch_reduce_sums_and_counts_separately", "torch_ratio_terms_in_one_tensor"} <= names
+    assert {meta["FRAMEWORK"] for _, meta in ENTRIES if meta["EXPECT"] == "reject"} == {"torch", "jax"}
+
+
+def _param(path: Path, meta: dict[str, str]):
+    return pytest.param(path, meta, id=path.stem, marks=[pytest.mark.long] if meta["EXPECT"] == "accept" else [])
+
+
+@pytest.mark.parametrize(("path", "meta"), [_param(path, meta) for path, meta in ENTRIES])
+def test_check_sharded_tells_bugs_from_correct_code(path, meta, tmp_path):
+    engine, expect = meta["FRAMEWORK"], meta["EXPECT"]
+    if expect == "reject":
+        cells = _check(path, engine, "--fail-fast")
+        failing = [cell for cell in cells if not cell.ok]
+        assert failing, f"{path.name}: no counterexample at the default budget"
+        snippet = failing[0].snippet
+        assert "torch.multiprocessing.spawn" in snippet if engine == "torch" else "jax.shard_map" in snippet
+        # The snippet launches its own ranks and fails while the bug is there.
+        script = tmp_path / "snippet.py"
+        script.write_text(snippet)
+        run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                             cwd=tmp_path)
+        assert run.returncode != 0 and "AssertionError" in run.stderr, run.stderr[-2000:]
+    elif expect == "accept":  # 10x the default budget, forward and gradients
+        cells = _check(path, engine, "--gradients", "--max-examples", str(10 * DEFAULT_EXAMPLES),
+                       default_examples=False)
+        failures = [(c.dtype, c.check, c.failures, c.traceback) for c in cells if not c.ok]
+        assert not failures, f"{path.name} is correct but was rejected: {failures}"
+        assert len(cells) == 2 * len(MESHES) * 4
+    elif expect == "reject-gradients":
+        cells = _check(path, engine, "--gradients", "--fail-fast")
+        forward = [cell for cell in cells if "gradients" not in cell.check]
+        assert len(forward) == len(MESHES) * 4 and all(cell.ok for cell in forward)
+        assert any("gradients" in cell.check and not cell.ok for cell in cells), f"{path.name}: not found"
+    else:
+        pytest.fail(f"{path.name}: unknown EXPECT {expect!r}")
+
+
+def _rank_bug(tmp_path: Path, body: str) -> Path:
+    """A per-rank function that is the canonical one except for `body`, run first on rank 1."""
+    path = tmp_path / "rank_bug.py"
+    path.write_text(textwrap.dedent("""
+        import os
+        import time
+
+        import torch.distributed as dist
+
+        from impls.torch_distributed import sequence_vs_token_normalization
+
+
+        def loss_normalization(token_log_probs, advantages, token_mask, *, data_group, sequence_group):
+            if dist.get_rank() == 1:
+        {body}
+            return sequence_vs_token_normalization(token_log_probs, advantages, token_mask,
+                                                   data_group=data_group, sequence_group=sequence_group)
+        """).format(body=textwrap.indent(body, " " * 8)))
+    return path
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("raise ValueError('rank 1 is broken')", "ValueError: rank 1 is broken"),
+    ("os._exit(7)", "died during an example (exit code 7"),
+    ("time.sleep(3600)", "did not answer within 5 s during an example: it hangs"),
+], ids=["raises", "exits", "hangs"])
+def test_a_rank_that_fails_fails_its_cell_with_a_clear_message(tmp_path, monkeypatch, body, message):
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "5")
+    target = f"{_rank_bug(tmp_path, body)}:{FUNCTION}"
+    started = time.perf_counter()
+    tasks = plan_sharded_cells(target, "torch", ["float32"], ["cpu"], 5, 0, False, 1, builtin=False,
+                               meshes=((1, 2),))
+    [cell] = run_sharded_cells(tasks)
+    assert not cell.ok
+    assert any(message in failure for failure in cell.failures), cell.failures
+    assert time.perf_counter() - started < 90  # ranks start in seconds; one timeout of 5 s, not one per shrink
+
+
+def test_the_sharded_builtins_conform():
+    """torch-distributed and jax-shard-map, and jax-jit with sharded inputs: the campaign's sharded rows."""
+    from fuzz.cli import campaign_parser
+    from fuzz.sharded.command import campaign_cells
+
+    args = campaign_parser().parse_args([])
+    cells = campaign_cells(["torch-distributed", "jax-shard-map"], args)
+    failures = [(c.subject, c.check, c.dtype, c.failures) for c in cells if not c.ok]
+    assert not failures
+    rows = {(c.subject, c.check) for c in cells}
+    assert ("torch-distributed", "sharded 2x2 gradients") in rows and ("jax-jit", "sharded inputs 1x4") in rows
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), cases(dtypes=["float32"]))
+def test_splits_cover_the_batch_and_padding_changes_nothing(data, case):
+    case, split = draw_split(lambda strategy, label: data.draw(strategy, label=label), case, MESHES)
+    batch, tokens = case.shape
+    assert split.row_cuts[0] == 0 and split.row_cuts[-1] == batch and list(split.row_cuts) == sorted(split.row_cuts)
+    assert split.token_cuts[-1] == tokens and list(split.token_cuts) == sorted(split.token_cuts)
+    padded = pad_for_shard_map(case, split)
+    rows, columns = padded.case.shape
+    assert rows % split.data == 0 and columns % split.sequence == 0
+    exact, padded_exact = (reference(c.token_log_probs, c.advantages, c.token_mask) for c in (case, padded.case))
+    assert np.array_equal(padded_exact.sequence_summed[padded.row_index], exact.sequence_summed)
+    assert padded_exact.magnitude_ratio == exact.magnitude_ratio
+
+
+def _run_fuzz(*args: str) -> subprocess.CompletedProcess:
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-m", "fuzz", *args], cwd=root, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_check_sharded_exit_codes():
+    assert _run_fuzz("check", "no/such/file.py:f", "--sharded", "torch").returncode == 2
+    assert _run_fuzz("check", "impls.torch_distributed:sequence_vs_token_normalization").returncode == 2  # no engine
+    both = _run_fuzz("check", "impls.jax_shard_map:sequence_vs_token_normalization", "--sharded", "jax",
+                     "--framework", "jax")
+    assert both.returncode == 2 and "exactly one of --framework and --sharded" in both.stderr
+    bug = _run_fuzz("check", f"{CORPUS / 'torch_missing_sequence_reduction.py'}:{FUNCTION}", "--sharded", "torch",
+                    "--dtypes", "float32", "--fail-fast")
+    assert bug.returncode == 1, bug.stderr[-2000:]
+    assert "FAIL" in bug.stdout and "torch.multiprocessing.spawn(run_rank" in bug.stdout
+
+
+def test_the_judge_wants_replicas_to_agree_and_sums_replicated_advantage_gradients():
+    """Without processes: replies as two sequence ranks would send them."""
+    from fuzz.sharded.judge import gather_forward, gather_gradients, summed_over_replicas
+    from fuzz.sharded.split import Split
+    from impls.case import Case
+
+    case = Case(np.array([[-1.0, -2.0, -4.0], [-3.0, -4.0, -1.0]]), np.array([2.0, -1.0]), np.ones((2, 3), bool))
+    split = Split(1, 2, (0, 2), (0, 1, 3))
+    exact = reference(case.token_log_probs, case.advantages, case.token_mask)
+    right = {key: np.asarray(value) for key, value in exact.outputs().items()}
+    replies = [{"failures": [], "outputs": right}, {"failures": [], "outputs": {**right, "token_averaged": right[
+        "token_averaged"] + [0.0, 1.0]}}]
+    verdict = gather_forward(case, split, replies, split.describe)
+    assert any(failure.startswith("replicas disagree: token_averaged[1]") for failure in verdict.failures)
+    assert gather_forward(case, split, [replies[0], replies[0]], split.describe).ok
+
+    assert summed_over_replicas({"sequence_summed": np.ones(2), "token_averaged": np.ones(2),
+                                 "magnitude_ratio": np.array(1.0)}, split)["magnitude_ratio"] == 2
+    gradients = [{"failures": [], "gradients": {"d token_log_probs": np.full((2, columns), rank + 1.0),
+                                                "d advantages": np.array([1.0, 2.0]) * (rank + 1)}}
+                 for rank, columns in enumerate((1, 2))]
+    gathered, verdict = gather_gradients(case, split, gradients, split.describe)
+    assert verdict.ok
+    assert gathered["d token_log_probs"].tolist() == [[1.0, 2.0, 2.0], [1.0, 2.0, 2.0]]
+    assert gathered["d advantages"].tolist() == [3.0, 6.0]  # the replicas' shares add up
