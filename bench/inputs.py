@@ -11,10 +11,10 @@ import functools
 
 import numpy as np
 
-from fuzz.tolerance import STRICT, error_ratio, tolerance
 from impls.case import Case
 from impls.dtypes import round_to
 from reference import OUTPUT_KEYS, Expected, reference
+from reference.tolerance import STRICT, error_ratio, tolerance
 
 SEED = 20240605
 MASK_DENSITY = 0.7

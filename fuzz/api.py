@@ -27,10 +27,10 @@ from fuzz.cells import FRAMEWORK_CHOICES, SubjectSpec, function_subject, fuzz_ta
 from fuzz.failures import for_terminal
 from fuzz.loader import import_lines_for, load_target
 from fuzz.report import render_matrix
-from fuzz.tolerance import CONTRACT, PRECISIONS
 from impls.case import Case
 from impls.dtypes import DTYPE_NAMES
 from impls.frameworks import check_modes, load_framework
+from reference.tolerance import CONTRACT, PRECISIONS
 
 
 @dataclass(frozen=True)

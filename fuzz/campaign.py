@@ -22,10 +22,10 @@ from fuzz.exact import exact
 from fuzz.metamorphic import RELATIONS, check_ratio_bounds, check_relation
 from fuzz.snippet import render_snippet
 from fuzz.strategies import draw_case
-from fuzz.tolerance import CONTRACT, Precision, gradient_tolerance, tolerance
 from impls.case import Case
 from impls.frameworks import Framework
 from reference import vjp
+from reference.tolerance import CONTRACT, Precision, gradient_tolerance, tolerance
 
 TARGET_CAP = 1e6  # hypothesis.target needs finite scores; anything above 1 is a failure anyway
 

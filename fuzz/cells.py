@@ -14,9 +14,9 @@ from fuzz.campaign import CellResult, Subject, fuzz_cell
 from fuzz.gradients import gradient_example
 from fuzz.interrupted import TIMEOUT, SnippetSource, interrupted_cell, timed_out
 from fuzz.loader import LoadError, load_target
-from fuzz.tolerance import CONTRACT, PRECISIONS, STRICT
 from impls.frameworks import check_modes, load_framework
 from impls.registry import Implementation, get_implementation
+from reference.tolerance import CONTRACT, PRECISIONS, STRICT
 
 FRAMEWORK_CHOICES = tuple(check_modes())  # every adapter's modes: torch, torch-compile, jax, numpy, ...
 
@@ -24,7 +24,7 @@ FRAMEWORK_CHOICES = tuple(check_modes())  # every adapter's modes: torch, torch-
 @dataclass(frozen=True)
 class SubjectSpec:
     """A built-in (`framework` None) or a user's `TARGET` with its `--framework`, and the precision it is
-    held to (a name from fuzz.tolerance.PRECISIONS)."""
+    held to (a name from reference.tolerance.PRECISIONS)."""
 
     name: str
     framework: str | None = None

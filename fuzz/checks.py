@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from fuzz.exact import exact
-from fuzz.tolerance import CONTRACT, Precision, Tolerance, error_ratio, tolerance, ulp_error
 from impls.case import Case
 from impls.frameworks import INPUT_NAMES, Framework, Inputs, InputSnapshot
 from reference import OUTPUT_KEYS, Expected
+from reference.tolerance import CONTRACT, Precision, Tolerance, error_ratio, tolerance, ulp_error
 
 STRUCTURE = "wrong output structure"
 INPUT_MODIFIED = "input modified"

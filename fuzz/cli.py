@@ -16,9 +16,9 @@ from fuzz.cells import FRAMEWORK_CHOICES, CellTask, SubjectSpec, build_subject, 
 from fuzz.loader import LoadError
 from fuzz.parallel import default_jobs, run_cells
 from fuzz.report import render_failures, render_matrix, write_json
-from fuzz.tolerance import CONTRACT, PRECISIONS
 from impls.dtypes import DTYPE_NAMES
 from impls.registry import BUILTIN_NAMES, SHARDED_NAMES, get_implementation
+from reference.tolerance import CONTRACT, PRECISIONS
 
 COUNTEREXAMPLE = 1
 INTERNAL_ERROR = 3

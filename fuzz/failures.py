@@ -6,13 +6,24 @@ last lines, under a label saying what happened; the JSON report keeps the full t
 
 from __future__ import annotations
 
-COMPILE_LABEL = "torch.compile failed to compile this input"
-# Exception names torch.compile raises when its backend (inductor, the C++ compiler) fails.
-_COMPILE_ERRORS = ("InductorError", "BackendCompilerFailed", "CppCompileError", "CompilationError")
+from impls.frameworks import FRAMEWORK_NAMES, adapter_class
+
+
+def compiler_failure_label(message: str) -> str | None:
+    """The label of a failure that a framework's compiler raised (the adapters name their compilers'
+    exceptions), or None for any other failure."""
+    first = message.split("\n", 1)[0]
+    if not first.startswith(("raised ", "backward raised ")):
+        return None
+    for name in FRAMEWORK_NAMES:
+        adapter = adapter_class(name)
+        if any(error in first for error in adapter.compiler_errors):
+            return adapter.compiler_label
+    return None
+
 
 def is_compile_failure(message: str) -> bool:
-    first = message.split("\n", 1)[0]
-    return first.startswith(("raised ", "backward raised ")) and any(name in first for name in _COMPILE_ERRORS)
+    return compiler_failure_label(message) is not None
 
 
 def shorten(text: str, head: int = 6, tail: int = 4, max_line: int = 300) -> str:
@@ -26,6 +37,5 @@ def shorten(text: str, head: int = 6, tail: int = 4, max_line: int = 300) -> str
 
 def for_terminal(message: str) -> str:
     """A failure message as a terminal shows it: a compile failure labelled and shortened, others as they are."""
-    if is_compile_failure(message):
-        return f"{COMPILE_LABEL}: {shorten(message)}"
-    return message
+    label = compiler_failure_label(message)
+    return message if label is None else f"{label}: {shorten(message)}"

@@ -1,5 +1,5 @@
 """Gradient checks: the implementation's VJP (torch autograd, torch.compile's compiled backward, jax.vjp)
-against the exact one in reference/vjp.py, with tolerances from the same model (fuzz/tolerance.py).
+against the exact one in reference/vjp.py, with tolerances from the same model (reference/tolerance.py).
 
 Gradients must be finite everywhere (fully masked rows and an all-masked batch included) and exactly 0
 at masked positions. At the kink of |x| (s_i exactly 0, or within its forward tolerance of 0) any
@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from fuzz.checks import INPUT_MODIFIED, Verdict, call_safely, modified_inputs, out_of_tolerance, same_bits
 from fuzz.exact import exact as exact_results
-from fuzz.tolerance import Precision, backward_overflows, error_ratio, gradient_tolerance, ulp_error
 from impls.case import Case
 from impls.dtypes import largest, round_to
 from reference import Gradients, complete_cotangents, vjp
+from reference.tolerance import Precision, backward_overflows, error_ratio, gradient_tolerance, ulp_error
 
 COTANGENT_KINDS = ("all outputs", "ratio only", "vectors only", "zero")
 GRADIENT_STRUCTURE = "wrong gradient structure"

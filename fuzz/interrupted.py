@@ -11,8 +11,8 @@ from fuzz.calls import Call
 from fuzz.campaign import Bug, CellResult
 from fuzz.exact import exact
 from fuzz.snippet import render_snippet
-from fuzz.tolerance import CONTRACT, PRECISIONS, gradient_tolerance, tolerance
 from reference import vjp
+from reference.tolerance import CONTRACT, PRECISIONS, gradient_tolerance, tolerance
 
 TIMEOUT = "call timed out"
 CRASH = "worker process died"

@@ -17,9 +17,9 @@ import numpy as np
 from fuzz.checks import Verdict, check_forward_values
 from fuzz.exact import exact
 from fuzz.strategies import next_token_size
-from fuzz.tolerance import CONTRACT, Precision, Tolerance, error_ratio, tolerance
 from impls.case import Case
 from impls.frameworks import Framework
+from reference.tolerance import CONTRACT, Precision, Tolerance, error_ratio, tolerance
 
 PADDING_VALUE = -3.5  # finite in every dtype; masked out, so it must change nothing
 RATIO_BOUNDS = "ratio outside [1, max n_i]"

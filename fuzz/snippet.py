@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from fuzz.failures import for_terminal
-from fuzz.tolerance import GradientTolerance, Tolerance
 from impls.case import Case
 from impls.dtypes import numpy_dtype
 from impls.frameworks import SnippetSyntax, adapter_class
 from impls.layouts import numpy_writeable, strided_view
 from reference import OUTPUT_KEYS, Expected, Gradients
+from reference.tolerance import GradientTolerance, Tolerance
 
 
 def _literal(values: np.ndarray) -> str:

@@ -4,7 +4,7 @@ Inputs of any supported dtype are taken at their exact values (every float16, bf
 is exactly a float64). Each row's sum of selected log-probs is computed with `math.fsum`, which returns
 the correctly rounded float64 of the exact sum, so the result carries at most one float64 rounding per
 operation after that (multiply by A_i, divide by n_i): a relative error of at most 2**-52 for the vectors
-and 2**-50 for the ratio, far below the error any implementation is allowed (see fuzz/tolerance.py).
+and 2**-50 for the ratio, far below the error any implementation is allowed (see reference/tolerance.py).
 A plain float64 sum would carry the very error it is meant to judge in float64 implementations.
 """
 

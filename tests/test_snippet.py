@@ -10,17 +10,16 @@ import pytest
 from hypothesis import find, settings
 
 from fuzz.campaign import Bug, CellResult, Subject
-from fuzz.failures import COMPILE_LABEL
 from fuzz.gradients import check_gradients
 from fuzz.report import render_failures
 from fuzz.snippet import render_snippet
 from fuzz.strategies import cases
-from fuzz.tolerance import tolerance
 from impls import get_implementation
 from impls.case import Case
-from impls.frameworks import load_framework
+from impls.frameworks import adapter_class, load_framework
 from impls.layouts import LAYOUTS, STRIDED_LAYOUTS_WITHOUT_NEGATIVE
 from reference import complete_cotangents, reference, vjp
+from reference.tolerance import tolerance
 
 torch = pytest.importorskip("torch")
 
@@ -110,6 +109,9 @@ def test_a_multi_line_failure_is_commented_on_every_line():
 COMPILER_OUTPUT = ("raised InductorError: CppCompileError: C++ compile error\n\nCommand:\ng++ /tmp/x.cpp\n\nOutput:\n"
                    + "\n".join(f"/tmp/x.cpp:{i}: error: no match for 'operator+' (operand types)" for i in range(20000))
                    + "\nninja: build stopped: subcommand failed.")
+
+
+COMPILE_LABEL = adapter_class("torch").compiler_label  # "torch.compile failed to compile this input"
 
 
 def test_a_compiler_failure_is_labelled_and_shortened_in_the_terminal_and_whole_in_the_json():

@@ -6,9 +6,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fuzz.tolerance import CONTRACT, STRICT, error_ratio, gamma, tolerance, ulp_error
 from impls.dtypes import numpy_dtype, round_to
 from reference import reference
+from reference.tolerance import CONTRACT, STRICT, error_ratio, gamma, tolerance, ulp_error
 
 
 def _inputs(seed, dtype, batch=16, tokens=200):

@@ -1,5 +1,5 @@
 """torch-triton: the README's examples, every torch layout, -inf/NaN padding, empty shapes and gradients against the
-exact VJP in all four dtypes, judged by fuzz/tolerance.py as is; on CPU through Triton's interpreter (which the
+exact VJP in all four dtypes, judged by reference/tolerance.py as is; on CPU through Triton's interpreter (which the
 implementation picks itself), on CUDA compiled where there is one. The property tests fuzz it too."""
 
 from __future__ import annotations

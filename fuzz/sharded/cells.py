@@ -36,9 +36,9 @@ from fuzz.sharded.judge import (
 )
 from fuzz.sharded.split import MESHES, Padded, Split, draw_split, mesh_name, pad_cotangents, pad_for_shard_map, shard
 from fuzz.sharded.torch_ranks import RankFailure
-from fuzz.tolerance import CONTRACT, PRECISIONS, STRICT
 from impls.case import Case
 from reference import complete_cotangents, vjp
+from reference.tolerance import CONTRACT, PRECISIONS, STRICT
 
 ENGINES = ("torch", "jax", "jax-plain")  # jax-plain: a single-process function under jit, inputs sharded
 

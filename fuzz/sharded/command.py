@@ -16,7 +16,7 @@ from fuzz.campaign import CellResult
 from fuzz.loader import LoadError, load_target
 from fuzz.sharded.cells import ShardedTask, plan_sharded_cells, run_sharded_cells
 from fuzz.sharded.split import MESHES
-from fuzz.tolerance import CONTRACT
+from reference.tolerance import CONTRACT
 
 # `check --sharded` without --max-examples: examples per (mesh, dtype) cell. Six meshes make it 60 examples
 # per dtype (gradients: half), against 40 for a single-process check.

@@ -1,5 +1,5 @@
 """Judging a sharded run: per-rank replies gathered into the whole batch's results, replicas checked for
-agreement, then the one tolerance model (fuzz/tolerance.py) against reference() on the whole batch, as is:
+agreement, then the one tolerance model (reference/tolerance.py) against reference() on the whole batch, as is:
 summation order across ranks is just another summation order.
 
 Gradients under torch.distributed: every rank backpropagates its slices of the cotangents, and a
@@ -23,9 +23,9 @@ from fuzz.checks import Failure, Verdict, compare_values
 from fuzz.exact import exact as exact_results
 from fuzz.gradients import GRADIENT_STRUCTURE, judge_gradients
 from fuzz.sharded.split import Padded, Split
-from fuzz.tolerance import Precision, tolerance
 from impls.case import Case
 from reference import OUTPUT_KEYS, Gradients
+from reference.tolerance import Precision, tolerance
 
 REPLICAS_DISAGREE = "replicas disagree"
 PADDING_NOT_ZERO = "padding not exactly 0"

@@ -10,9 +10,9 @@ import numpy as np
 from fuzz.campaign import Subject
 from fuzz.sharded.judge import summed_over_replicas
 from fuzz.sharded.split import Padded, Split, pad_cotangents, pad_for_shard_map
-from fuzz.tolerance import Precision, gradient_tolerance, tolerance
 from impls.case import Case
 from reference import reference, vjp
+from reference.tolerance import Precision, gradient_tolerance, tolerance
 
 
 def _literal(values: np.ndarray) -> str:

@@ -84,6 +84,8 @@ class Framework:
     differentiable: bool = False
     modes: tuple[CheckMode, ...] = ()
     device_kinds: tuple[str, ...] = ("cpu",)  # every device it can ever have (devices() says which are here)
+    compiler_errors: tuple[str, ...] = ()  # exception names its compiler raises when it fails on an input
+    compiler_label: str = ""  # how a report names such a failure
 
     # --- devices and native inputs --------------------------------------------------------------------
     def devices(self) -> list[str]:

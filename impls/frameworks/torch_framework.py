@@ -53,6 +53,10 @@ class TorchFramework(Framework):
     modes = (CheckMode("torch"), CheckMode(COMPILE_MODE, "torch.compile({}, fullgraph=True, dynamic=True)"))
     floor_name = "torch-sum"
     device_kinds = ("cpu", "cuda")
+    # torch.compile's backend (inductor, the C++ compiler) failing on an input: PyTorch 2.13's CPU inductor
+    # does on float16 reductions over transposed inputs.
+    compiler_errors = ("InductorError", "BackendCompilerFailed", "CppCompileError", "CompilationError")
+    compiler_label = "torch.compile failed to compile this input"
 
     def __init__(self) -> None:
         import torch

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from impls.dtypes import accumulation_dtype, largest, smallest_subnormal, unit_roundoff
-from reference import Expected, Gradients, complete_cotangents
+from reference.forward import Expected
+from reference.vjp import Gradients, complete_cotangents
 
 SAFETY = 2.0  # the strict model's factor: admits a second rounding to the output dtype
 # The reference's own error: fsum per row, then one float64 rounding per operation (reference/forward.py).
