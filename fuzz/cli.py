@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import traceback
@@ -17,6 +16,7 @@ from fuzz.loader import LoadError
 from fuzz.parallel import default_jobs, run_cells
 from fuzz.report import render_failures, render_matrix, write_json
 from impls.dtypes import DTYPE_NAMES
+from impls.frameworks import prepare_process
 from impls.registry import BUILTIN_NAMES, SHARDED_NAMES, get_implementation
 from reference.tolerance import CONTRACT, PRECISIONS
 
@@ -59,7 +59,7 @@ def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> N
     jobs = default_jobs()
     parser.add_argument("--dtypes", type=_csv(DTYPE_NAMES, "--dtypes"), default=list(DTYPE_NAMES),
                         help="comma-separated dtypes (default: all four)")
-    parser.add_argument("--devices", type=_csv(("cpu", "cuda"), "--devices"), default=None,
+    parser.add_argument("--devices", type=_csv(("cpu", "cpu:1", "cuda"), "--devices"), default=None,
                         help="comma-separated devices (default: every device the framework sees)")
     parser.add_argument("--max-examples", type=_positive_int, default=default_examples,
                         help=f"Hypothesis examples per (device, dtype) cell (default {default_examples})")
@@ -241,8 +241,7 @@ def check(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m fuzz` and the installed `lossnorm-fuzz`: the exit status of the command."""
-    # Worker processes share a GPU: JAX must not reserve 75% of its memory in each (nor in this one).
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    prepare_process()  # the frameworks' process settings, before any is imported (workers inherit them)
     prog = "python -m fuzz" if argv is None and sys.argv[0].endswith("__main__.py") else "lossnorm-fuzz"
     args = parse(sys.argv[1:] if argv is None else argv, prog)  # usage errors exit 2 here (argparse)
     try:

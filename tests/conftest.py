@@ -8,7 +8,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import impls
-from impls.frameworks import adapter_class
+from impls.frameworks import adapter_class, prepare_process
+
+prepare_process()  # as the command line does, before any framework is imported: JAX gets its "cpu:1"
 
 settings.register_profile(
     "ci", derandomize=True, deadline=None, database=None, max_examples=25, print_blob=True,

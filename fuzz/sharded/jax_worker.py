@@ -142,8 +142,10 @@ class _Runner:
 
 def _worker_main(connection: Any) -> None:
     # Before JAX initializes: it reads the device count once.
-    flags = os.environ.get("XLA_FLAGS", "")
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={DEVICES}".strip()
+    # its own count: any other (the parent's, for the single-process "cpu:1" cells) is replaced
+    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
+             if not flag.startswith("--xla_force_host_platform_device_count")]
+    os.environ["XLA_FLAGS"] = " ".join([*flags, f"--xla_force_host_platform_device_count={DEVICES}"])
     runner = _Runner()
     connection.send("ready" if len(runner.jax.devices("cpu")) >= DEVICES
                     else f"only {len(runner.jax.devices('cpu'))} CPU devices")

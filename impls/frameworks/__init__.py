@@ -14,7 +14,7 @@ import pkgutil
 from impls.frameworks.base import INPUT_NAMES, CheckMode, Framework, Inputs, InputSnapshot, SnippetSyntax
 
 __all__ = ["FRAMEWORK_NAMES", "INPUT_NAMES", "CheckMode", "Framework", "InputSnapshot", "Inputs", "SnippetSyntax",
-           "adapter_class", "check_modes", "load_framework"]
+           "adapter_class", "check_modes", "load_framework", "prepare_process"]
 
 
 @functools.cache
@@ -35,6 +35,14 @@ def adapter_class(name: str) -> type[Framework]:
 def load_framework(name: str) -> Framework:
     """The adapter for `name`, importing the framework on first use. Raises whatever the import raises."""
     return adapter_class(name)()
+
+
+def prepare_process(environ: dict[str, str] | None = None) -> None:
+    """Every adapter's process settings (see Framework.prepare_process), before any framework is imported."""
+    import os
+
+    for cls in _adapter_classes().values():
+        cls.prepare_process(os.environ if environ is None else environ)
 
 
 def check_modes() -> dict[str, tuple[str, CheckMode]]:

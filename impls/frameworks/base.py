@@ -88,6 +88,11 @@ class Framework:
     compiler_label: str = ""  # how a report names such a failure
 
     # --- devices and native inputs --------------------------------------------------------------------
+    @classmethod
+    def prepare_process(cls, environ: dict[str, str]) -> None:
+        """Settings a process needs before the framework is first imported (they are read once, at import),
+        set in `environ` where the user has not set them; nothing by default."""
+
     def devices(self) -> list[str]:
         return ["cpu"]
 

@@ -3,6 +3,11 @@
 JAX's 64-bit mode is a process-wide default (`jax_enable_x64`); the adapter turns it on only while the
 harness builds and calls a float64 case (`jax.enable_x64(True)` is scoped to the block), so a user's
 float32 code runs under JAX's ordinary defaults and float64 cells are really float64.
+
+Devices: besides "cpu" (the first host device) and "cuda", "cpu:1" is a second host CPU device where the
+process has one (`--xla_force_host_platform_device_count`, read once when JAX starts: `prepare_process`
+asks for 2 before the fuzzer imports JAX). Inputs committed to it must give outputs that stay there, so
+"outputs on the input's device" is tested on machines without a GPU too.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ SNIPPET_VJP = (
 )
 
 
+HOST_DEVICE_FLAG = "--xla_force_host_platform_device_count"
+HOST_DEVICES = 2  # "cpu" and "cpu:1"
+
+
 class JaxFramework(Framework):
     name = "jax"
     array_type = "jax.Array"
@@ -37,7 +46,7 @@ class JaxFramework(Framework):
     differentiable = True
     modes = (CheckMode("jax", "jax.jit({})"),)
     floor_name = "jax-sum"
-    device_kinds = ("cpu", "cuda")
+    device_kinds = ("cpu", "cpu:1", "cuda")
 
     def __init__(self) -> None:
         import jax
@@ -45,15 +54,26 @@ class JaxFramework(Framework):
 
         self.jax, self.jnp = jax, jnp
 
+    @classmethod
+    def prepare_process(cls, environ: dict[str, str]) -> None:
+        # Worker processes share a GPU: JAX must not reserve 75% of its memory in each.
+        environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        flags = environ.get("XLA_FLAGS", "")
+        if HOST_DEVICE_FLAG not in flags:  # a count the user chose stays
+            environ["XLA_FLAGS"] = f"{flags} {HOST_DEVICE_FLAG}={HOST_DEVICES}".strip()
+
     def _device(self, name: str) -> Any:
-        return self.jax.devices("cpu" if name == "cpu" else "gpu")[0]
+        if name.startswith("cpu"):
+            return self.jax.devices("cpu")[int(name.partition(":")[2] or 0)]
+        return self.jax.devices("gpu")[0]
 
     def devices(self) -> list[str]:
         try:
             has_gpu = bool(self.jax.devices("gpu"))
         except RuntimeError:
             has_gpu = False
-        return ["cpu"] + (["cuda"] if has_gpu else [])
+        second_cpu = ["cpu:1"] if len(self.jax.devices("cpu")) > 1 else []
+        return ["cpu", *second_cpu] + (["cuda"] if has_gpu else [])
 
     @contextlib.contextmanager
     def scope(self, case: Case, *, compiled: bool = False) -> Iterator[None]:
@@ -83,19 +103,27 @@ class JaxFramework(Framework):
         dtype, extra = numpy_dtype_expression(case.dtype)
         x64 = ('jax.config.update("jax_enable_x64", True)  # float64 exists only in 64-bit mode',) \
             if case.dtype == "float64" else ()
-        put = "jax.device_put(np.array({{values}}, dtype={dtype}), jax.devices({platform!r})[0])"
-        platform = "cpu" if case.device == "cpu" else "gpu"
+        put = "jax.device_put(np.array({{values}}, dtype={dtype}), jax.devices({platform!r})[{index}])"
+        platform = "cpu" if case.device.startswith("cpu") else "gpu"
+        index = int(case.device.partition(":")[2] or 0)
+        # a second host device exists only if XLA is told so before JAX starts
+        hosts = ("import os", f"os.environ['XLA_FLAGS'] = os.environ.get('XLA_FLAGS', '') + "
+                 f"' {HOST_DEVICE_FLAG}={HOST_DEVICES}'") if index else ()
         return SnippetSyntax(
-            ("import jax", *x64, "import jax.numpy as jnp", "import numpy as np", *extra),
-            put.format(dtype=dtype, platform=platform), put.format(dtype="bool", platform=platform), None,
+            (*hosts, "import jax", *x64, "import jax.numpy as jnp", "import numpy as np", *extra),
+            put.format(dtype=dtype, platform=platform, index=index),
+            put.format(dtype="bool", platform=platform, index=index), None,
             NUMPY_AS_FLOAT64, ("ArrayImpl", "Array"), vjp=SNIPPET_VJP)
 
     def is_array(self, value: object) -> bool:
         return isinstance(value, self.jax.Array)
 
     def device_of(self, value: Any) -> str:
-        platform = next(iter(value.devices())).platform
-        return "cpu" if platform == "cpu" else "cuda"
+        device = next(iter(value.devices()))
+        if device.platform != "cpu":
+            return "cuda"
+        index = self.jax.devices("cpu").index(device)
+        return "cpu" if index == 0 else f"cpu:{index}"
 
     def to_float64(self, value: Any) -> np.ndarray:
         return np.asarray(value).astype(np.float64)
