@@ -60,10 +60,10 @@ def test_a_snippet_of_a_second_device_case_asks_for_that_device_first():
 
     import numpy as np
 
+    from impls.case import Case
     from impls.frameworks import adapter_class
 
-    case_module = __import__("impls.case", fromlist=["Case"])
-    case = case_module.Case(np.array([[-1.0]]), np.array([1.0]), np.ones((1, 1), bool), device="cpu:1")
+    case = Case(np.array([[-1.0]]), np.array([1.0]), np.ones((1, 1), bool), device="cpu:1")
     syntax = adapter_class("jax").snippet_syntax(case)
     source = "\n".join(syntax.imports) + "\nx = " + syntax.float_array.format(values="[[-1.0]]")
     ast.parse(source)
