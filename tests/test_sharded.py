@@ -26,6 +26,7 @@ from fuzz.sharded.split import MESHES, draw_split, pad_for_shard_map
 from fuzz.sharded.torch_ranks import TIMEOUT_VARIABLE
 from fuzz.strategies import cases
 from reference import reference
+from reference.tolerance import CONTRACT
 
 CORPUS = Path(__file__).parent / "corpus" / "sharded"
 FUNCTION = "loss_normalization"
@@ -130,10 +131,10 @@ def test_a_rank_that_fails_fails_its_cell_with_a_clear_message(tmp_path, monkeyp
 
 def test_the_sharded_builtins_conform():
     """torch-distributed and jax-shard-map, and jax-jit with sharded inputs: the campaign's sharded rows."""
-    from fuzz.cli import campaign_parser
+    from fuzz.cli import parse
     from fuzz.sharded.command import campaign_cells
 
-    args = campaign_parser().parse_args([])
+    args = parse([])
     cells = campaign_cells(["torch-distributed", "jax-shard-map"], args)
     failures = [(c.subject, c.check, c.dtype, c.failures) for c in cells if not c.ok]
     assert not failures
@@ -167,7 +168,7 @@ def test_check_sharded_exit_codes():
     assert _run_fuzz("check", "impls.torch_distributed:sequence_vs_token_normalization").returncode == 2  # no engine
     both = _run_fuzz("check", "impls.jax_shard_map:sequence_vs_token_normalization", "--sharded", "jax",
                      "--framework", "jax")
-    assert both.returncode == 2 and "exactly one of --framework and --sharded" in both.stderr
+    assert both.returncode == 2 and "argument --framework: not allowed with argument --sharded" in both.stderr
     bug = _run_fuzz("check", f"{CORPUS / 'torch_missing_sequence_reduction.py'}:{FUNCTION}", "--sharded", "torch",
                     "--dtypes", "float32", "--fail-fast")
     assert bug.returncode == 1, bug.stderr[-2000:]
@@ -186,9 +187,10 @@ def test_the_judge_wants_replicas_to_agree_and_sums_replicated_advantage_gradien
     right = {key: np.asarray(value) for key, value in exact.outputs().items()}
     replies = [{"failures": [], "outputs": right}, {"failures": [], "outputs": {**right, "token_averaged": right[
         "token_averaged"] + [0.0, 1.0]}}]
-    verdict = gather_forward(case, split, replies, split.describe)
-    assert any(failure.startswith("replicas disagree: token_averaged[1]") for failure in verdict.failures)
-    assert gather_forward(case, split, [replies[0], replies[0]], split.describe).ok
+    verdict = gather_forward(case, split, replies, split.describe, CONTRACT)
+    assert any(failure.kind == "replicas disagree" and failure.message.startswith(
+        "replicas disagree: token_averaged[1]") for failure in verdict.failures)
+    assert gather_forward(case, split, [replies[0], replies[0]], split.describe, CONTRACT).ok
 
     assert summed_over_replicas({"sequence_summed": np.ones(2), "token_averaged": np.ones(2),
                                  "magnitude_ratio": np.array(1.0)}, split)["magnitude_ratio"] == 2

@@ -119,9 +119,12 @@ class JaxFramework(Framework):
         return isinstance(value, self.jax.Array)
 
     def device_of(self, value: Any) -> str:
-        device = next(iter(value.devices()))
+        devices = value.devices()
+        device = next(iter(devices))
         if device.platform != "cpu":
             return "cuda"
+        if len(devices) > 1:  # sharded over a mesh of host devices (fuzz/sharded): the kind is the device
+            return "cpu"
         index = self.jax.devices("cpu").index(device)
         return "cpu" if index == 0 else f"cpu:{index}"
 
