@@ -135,21 +135,29 @@ def split_the_batch(first: FirstCall) -> Verdict:
 
 
 def scale_advantages(first: FirstCall) -> Verdict:
-    """Scaling the advantages by 2 or -1 scales the vectors and keeps the ratio."""
+    """Scaling the advantages by 2 or -1, or negating every other row's, scales the vectors row by row and
+    keeps the ratio: it is a ratio of sums of magnitudes (abs after the sum breaks it as soon as the signs
+    differ)."""
     relation, case = "scale advantages", first.case
     verdict = Verdict()
     tol = first.tolerance()
-    for factor in (2.0, -1.0):  # powers of two: exact, and within the magnitude bound's headroom
-        scaled = case.with_(advantages=case.advantages * factor)
+    batch, _ = case.shape
+    alternate = np.where(np.arange(batch) % 2 == 0, 1.0, -1.0)
+    for label, factors in (("by 2", np.full(batch, 2.0)), ("by -1", np.full(batch, -1.0)),
+                           ("by -1 every other row", alternate)):
+        # powers of two and signs: exact, and within the magnitude bound's headroom; rows that now differ
+        # cannot share one stride-0 row, so an expanded case is laid out contiguously
+        layout = "contiguous" if case.layout == "expanded" and label.endswith("row") else case.layout
+        scaled = case.with_(advantages=case.advantages * factors, layout=layout)
         second, run_verdict = first.second_call(scaled, relation)
         verdict.merge(run_verdict)
         if second is None:
             return verdict
         tol_second = first.tolerance(scaled)
         for key in VECTORS:
-            bound = abs(factor) * tol.as_dict()[key] + tol_second.as_dict()[key]
-            verdict.merge(_compare(relation, f"by {factor:g}: {key}", second[key], factor * first.values[key], bound))
-        verdict.merge(_compare(relation, f"by {factor:g}: magnitude_ratio", second["magnitude_ratio"],
+            bound = np.abs(factors) * tol.as_dict()[key] + tol_second.as_dict()[key]
+            verdict.merge(_compare(relation, f"{label}: {key}", second[key], factors * first.values[key], bound))
+        verdict.merge(_compare(relation, f"{label}: magnitude_ratio", second["magnitude_ratio"],
                                first.values["magnitude_ratio"], tol.magnitude_ratio + tol_second.magnitude_ratio))
     return verdict
 

@@ -32,8 +32,9 @@ def _metadata(path: Path) -> dict[str, str]:
 ENTRIES = sorted((path, _metadata(path)) for path in CORPUS.glob("*.py") if path.name != "__init__.py")
 FUNCTION = "loss_normalization"
 # 10x the default budget (40 forward, 20 gradient examples per cell): no correct formulation may sit so near
-# the tolerance that a longer run would flag it.
-ACCEPT_BUDGET = ("--max-examples", "400", "--gradient-examples", "200")
+# the tolerance that a longer run would flag it. On the default device only: a second device ("cpu:1" in
+# JAX) tests where outputs land, not precision, and tests/test_devices.py covers it.
+ACCEPT_BUDGET = ("--max-examples", "400", "--gradient-examples", "200", "--devices", "cpu")
 
 
 def _param(path: Path, meta: dict[str, str]):
