@@ -25,7 +25,7 @@ from typing import Any
 from impls.validation import ArrayInfo, validate_inputs
 
 # What the error messages call an acceptable input: any array of a library that follows the standard.
-KIND = "array_api_strict.Array, or another Array API standard array"
+KIND = "array_api_strict.Array or any other Array API array"
 HALF_NAMES = ("float16", "bfloat16")  # the dtypes that must not accumulate in themselves
 
 
@@ -47,12 +47,16 @@ def _describe(value: object) -> ArrayInfo | None:
     return ArrayInfo(tuple(value.shape), _dtype_name(value.dtype), device)
 
 
-def _same_namespace(xp: Any, token_log_probs: Any, advantages: Any, token_mask: Any) -> None:
-    """Mixing libraries (a NumPy mask with torch log-probs) has no common namespace: name the odd argument."""
+def _same_library(token_log_probs: Any, advantages: Any, token_mask: Any) -> None:
+    """Mixing libraries (a NumPy mask with torch log-probs) has no common namespace, and their devices cannot be
+    compared: name the odd argument first. Non-arrays are left to validate_inputs, which names them."""
     import array_api_compat
 
+    if not array_api_compat.is_array_api_obj(token_log_probs):
+        return
+    xp = array_api_compat.array_namespace(token_log_probs)
     for name, value in (("advantages", advantages), ("token_mask", token_mask)):
-        if array_api_compat.array_namespace(value) is not xp:
+        if array_api_compat.is_array_api_obj(value) and array_api_compat.array_namespace(value) is not xp:
             raise TypeError(f"{name} must be an array of the library of token_log_probs ({xp.__name__}), "
                             f"got {type(value).__module__}.{type(value).__qualname__}")
 
@@ -61,9 +65,9 @@ def sequence_vs_token_normalization(token_log_probs: Any, advantages: Any, token
     """The contract's three outputs for arrays of any Array API library, in its dtype, on its device."""
     import array_api_compat
 
+    _same_library(token_log_probs, advantages, token_mask)
     validate_inputs(token_log_probs, advantages, token_mask, describe=_describe, kind=KIND, noun="array")
-    xp = array_api_compat.array_namespace(token_log_probs)
-    _same_namespace(xp, token_log_probs, advantages, token_mask)
+    xp = array_api_compat.array_namespace(token_log_probs, advantages, token_mask)
     device = array_api_compat.device(token_log_probs)
     out_dtype = token_log_probs.dtype
     accumulate = xp.float32 if _dtype_name(out_dtype) in HALF_NAMES else out_dtype
