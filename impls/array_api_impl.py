@@ -22,6 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# At module level: the registry imports this module only when the implementation is asked for, and a machine
+# without array_api_compat then lists it as unavailable with the reason instead of failing on the first call.
+import array_api_compat
+
 from impls.validation import ArrayInfo, validate_inputs
 
 # What the error messages call an acceptable input: any array of a library that follows the standard.
@@ -36,8 +40,6 @@ def _dtype_name(dtype: Any) -> str:
 
 
 def _describe(value: object) -> ArrayInfo | None:
-    import array_api_compat
-
     if not array_api_compat.is_array_api_obj(value) or not hasattr(value, "shape"):
         return None
     try:
@@ -50,8 +52,6 @@ def _describe(value: object) -> ArrayInfo | None:
 def _same_library(token_log_probs: Any, advantages: Any, token_mask: Any) -> None:
     """Mixing libraries (a NumPy mask with torch log-probs) has no common namespace, and their devices cannot be
     compared: name the odd argument first. Non-arrays are left to validate_inputs, which names them."""
-    import array_api_compat
-
     if not array_api_compat.is_array_api_obj(token_log_probs):
         return
     xp = array_api_compat.array_namespace(token_log_probs)
@@ -63,8 +63,6 @@ def _same_library(token_log_probs: Any, advantages: Any, token_mask: Any) -> Non
 
 def sequence_vs_token_normalization(token_log_probs: Any, advantages: Any, token_mask: Any) -> dict[str, Any]:
     """The contract's three outputs for arrays of any Array API library, in its dtype, on its device."""
-    import array_api_compat
-
     _same_library(token_log_probs, advantages, token_mask)
     validate_inputs(token_log_probs, advantages, token_mask, describe=_describe, kind=KIND, noun="array")
     xp = array_api_compat.array_namespace(token_log_probs, advantages, token_mask)
