@@ -75,11 +75,12 @@ def test_mixing_libraries_names_the_argument():
 
 
 # The same function, unchanged, fuzzed as a user's function of each library (every layout NumPy and torch
-# have, all four dtypes, gradients through torch autograd and jax.vjp). JAX runs in a worker process: an
-# in-process check() calls the function in a helper thread, where JAX's thread-local x64 scope is not set.
+# have, all four dtypes, gradients through torch autograd and jax.vjp); JAX both in-process (the call runs
+# in a helper thread, where JAX's x64 scope must be set too) and in a worker process.
 @pytest.mark.parametrize(("framework", "options"), [
     ("numpy", {}),
     ("torch", {"gradients": True}),
+    ("jax", {"gradients": True}),
     ("jax", {"gradients": True, "workers": 1}),
 ])
 def test_the_one_implementation_conforms_on_other_libraries(framework, options):

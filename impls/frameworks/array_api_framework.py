@@ -54,13 +54,12 @@ class ArrayApiFramework(Framework):
 
     @classmethod
     def snippet_syntax(cls, case: Case) -> SnippetSyntax:
-        # Only the contiguous layout exists here, so the "strided view" of a buffer is its reshape (offset 0,
-        # C strides). It is reached only for empty arrays, and must be `xp.reshape`: the standard's arrays
-        # have no `.reshape` method, which the `strided=None` fallback would call.
+        # No strides here (only the contiguous layout exists); an empty array is shaped with `xp.reshape`:
+        # the standard's arrays have no `.reshape` method.
         return SnippetSyntax(
             ("import array_api_strict as xp", "import numpy as np"),
             f"xp.asarray({{values}}, dtype=xp.{case.dtype})", "xp.asarray({values}, dtype=xp.bool)",
-            "xp.reshape({buffer}, {shape})", SNIPPET_AS_FLOAT64, ("Array",))
+            None, SNIPPET_AS_FLOAT64, ("Array",), reshape="xp.reshape({buffer}, {shape})")
 
     def is_array(self, value: object) -> bool:
         return isinstance(value, self.array_class)
