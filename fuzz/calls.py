@@ -104,8 +104,14 @@ class WatchedAdapter:
         if self._busy or self._case is None:
             return thunk()
         self._busy = True
+        case = self._case
+
+        def scoped() -> Any:  # framework settings can be per thread (JAX's x64 is): set where the call runs
+            with self._adapter.scope(case):
+                return thunk()
+
         try:
-            return self._watcher.run(Call(self._case, cotangents), thunk)
+            return self._watcher.run(Call(case, cotangents), scoped)
         finally:
             self._busy = False
 

@@ -34,7 +34,7 @@ def _layout_expression(syntax: SnippetSyntax, values: np.ndarray, layout: str, d
     view = strided_view(values, layout, True if is_mask else np.nan)
     buffer = make.format(values=literal(view.buffer))
     if syntax.strided is None:  # no strides in this framework: only contiguous layouts exist, empty ones too
-        return f"{buffer}.reshape({view.shape})"
+        return syntax.reshape.format(buffer=buffer, shape=view.shape)
     itemsize = 1 if is_mask else numpy_dtype(dtype).itemsize
     return syntax.strided.format(buffer=buffer, shape=view.shape, strides=view.strides, offset=view.offset,
                                  byte_strides=tuple(stride * itemsize for stride in view.strides),

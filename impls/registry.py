@@ -81,6 +81,8 @@ _BUILTINS: dict[str, _Spec] = {
                           differentiable=True, benchmark_devices=("cuda",)),
     "jax-jit": _Spec("jax", "impls.jax_jit", compiled=True),
     "numpy": _Spec("numpy", "impls.numpy_impl", compiled=False),
+    # Written once against the Array API standard, fuzzed on its strict reference namespace (array_api_strict).
+    "array-api": _Spec("array-api", "impls.array_api_impl", compiled=False),
     "torch-distributed": _Spec("torch", "impls.torch_distributed", compiled=False, sharded="torch"),
     "jax-shard-map": _Spec("jax", "impls.jax_shard_map", compiled=False, sharded="jax"),
 }

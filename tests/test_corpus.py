@@ -14,9 +14,16 @@ import pytest
 
 from fuzz.cli import check_parser, run_check
 from fuzz.gradients import GRADIENT_OVERFLOW
+from impls.frameworks import FRAMEWORK_NAMES, adapter_class, check_modes
 
 CORPUS = Path(__file__).parent / "corpus"
-FRAMEWORKS = {"torch", "torch-compile", "jax", "numpy"}
+# Every `check --framework` choice, from the adapters (torch, torch-compile, jax, numpy, array-api, ...)
+FRAMEWORKS = set(check_modes())
+
+
+def _adapter_name(framework: str) -> str:
+    """The adapter a corpus entry's FRAMEWORK (a check mode) runs under: torch-compile -> torch."""
+    return check_modes()[framework][0]
 
 
 def _metadata(path: Path) -> dict[str, str]:
@@ -61,14 +68,14 @@ def test_the_corpus_is_as_large_as_promised():
     kinds = [meta.get("EXPECT") for _, meta in ENTRIES]
     assert all(meta.get("FRAMEWORK") in FRAMEWORKS for _, meta in ENTRIES), ENTRIES
     assert kinds.count("reject") >= 15 and kinds.count("accept") >= 6 and kinds.count("reject-gradients") >= 3
-    frameworks_with_bugs = {meta["FRAMEWORK"].split("-")[0] for _, meta in ENTRIES if meta["EXPECT"] == "reject"}
-    assert frameworks_with_bugs == {"torch", "jax", "numpy"}
+    frameworks_with_bugs = {_adapter_name(meta["FRAMEWORK"]) for _, meta in ENTRIES if meta["EXPECT"] == "reject"}
+    assert frameworks_with_bugs == set(FRAMEWORK_NAMES)  # every framework, the Array API included
 
 
 @pytest.mark.parametrize(("path", "meta"), [_param(path, meta) for path, meta in ENTRIES])
 def test_check_tells_bugs_from_correct_code(path, meta, tmp_path):
     framework, expect = meta["FRAMEWORK"], meta["EXPECT"]
-    differentiable = framework != "numpy"
+    differentiable = adapter_class(_adapter_name(framework)).differentiable  # numpy and array-api: no autograd
     # Bugs: stop at the first failing cell (--fail-fast); correct code: the whole default budget.
     if expect == "reject":
         cells = _run_check(path, framework, "--fail-fast")

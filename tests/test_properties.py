@@ -15,11 +15,33 @@ from fuzz.strategies import draw_case
 from impls.dtypes import DTYPE_NAMES
 from tests.conftest import implementation_devices
 
-PARAMS = [
-    pytest.param(*p.values, dtype, id=f"{p.id}-{dtype}", marks=p.marks)
-    for p in implementation_devices() for dtype in DTYPE_NAMES
-]
-DIFFERENTIABLE_PARAMS = [p for p in PARAMS if p.values[0] != "numpy"]
+
+def _implementation(name: str) -> impls.Implementation | None:
+    try:
+        return impls.get_implementation(name)
+    except RuntimeError:  # unavailable here: implementation_devices() already marks it skipped
+        return None
+
+
+def _params(differentiable_only: bool) -> list:
+    """Every (implementation, device, dtype), a dtype the registry does not list for it skipped (the Array API
+    has no float16 or bfloat16); with `differentiable_only`, only the implementations the registry says have
+    gradients."""
+    params = []
+    for p in implementation_devices():
+        impl = _implementation(p.values[0])
+        if differentiable_only and impl is not None and not impl.differentiable:
+            continue
+        for dtype in DTYPE_NAMES:
+            marks = list(p.marks)
+            if impl is not None and dtype not in impl.dtypes:
+                marks.append(pytest.mark.skip(reason=f"{impl.name} has no {dtype}"))
+            params.append(pytest.param(*p.values, dtype, id=f"{p.id}-{dtype}", marks=marks))
+    return params
+
+
+PARAMS = _params(differentiable_only=False)
+DIFFERENTIABLE_PARAMS = _params(differentiable_only=True)
 
 
 def _case(impl, device: str, dtype: str, data):

@@ -21,7 +21,8 @@ def test_a_broken_framework_breaks_only_its_own_implementations(monkeypatch):
     try:
         triton_here = importlib.util.find_spec("triton") is not None  # torch-triton: wherever triton imports
         assert impls.available_implementations() == ["torch-eager", "torch-compile",
-                                                     *(["torch-triton"] if triton_here else []), "numpy"]
+                                                     *(["torch-triton"] if triton_here else []), "numpy",
+                                                     "array-api"]
         assert impls.unavailable_implementations().get("jax-jit") == "ImportError: jaxlib is broken here"
         with pytest.raises(RuntimeError, match=r"jax-jit.*unavailable here: ImportError: jaxlib is broken"):
             impls.get_implementation("jax-jit")

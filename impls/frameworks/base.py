@@ -39,7 +39,7 @@ class SnippetSyntax:
     Templates: `float_array` and `bool_array` take {values} (a nested list literal) and give a contiguous
     array of the case's dtype on its device; `strided` takes {buffer}, {shape}, {strides}, {offset},
     {byte_strides} and {writeable} and views a 1-D buffer in a layout (None where arrays have no strides:
-    then an empty array is `{buffer}.reshape(shape)`); `as_float64` converts `x` to a float64 NumPy array.
+    then an empty array is `reshape` of it, {buffer} to {shape}); `as_float64` converts `x` to a float64 NumPy array.
     `vjp` defines `forward_and_backward()` for `{function}` from the cotangent_* globals."""
 
     imports: tuple[str, ...]
@@ -50,6 +50,7 @@ class SnippetSyntax:
     type_names: tuple[str, ...]  # what type(output).__name__ may be
     counts_writes: bool = False  # inputs have `_version` counters
     vjp: tuple[str, ...] = ()
+    reshape: str = "{buffer}.reshape({shape})"  # where arrays have no strides: an empty array's shape
 
 
 NUMPY_AS_FLOAT64 = "np.asarray(x, dtype=np.float64)"

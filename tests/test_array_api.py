@@ -1,0 +1,92 @@
+"""The Array API framework: its snippets rebuild the fuzzer's inputs (empty ones too), `check --framework
+array-api` tells a user's correct function from a buggy one, and the one implementation written against the
+standard (impls/array_api_impl.py) conforms on NumPy, torch and JAX arrays as well: the porting story."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fuzz import check
+from fuzz.snippet import render_snippet
+from fuzz.tolerance import tolerance
+from impls import get_implementation
+from impls.array_api_impl import sequence_vs_token_normalization
+from impls.case import Case
+from impls.frameworks import load_framework
+from reference import reference
+
+pytest.importorskip("array_api_strict")
+pytest.importorskip("array_api_compat")
+
+
+def _case(shape: tuple[int, int], dtype: str = "float32") -> Case:
+    rng = np.random.default_rng(0)
+    mask = rng.random(shape) < 0.6
+    log_probs = np.where(mask, -rng.integers(0, 8, shape).astype(np.float64), -np.inf)
+    return Case(log_probs, rng.integers(-3, 4, shape[0]).astype(np.float64), mask, dtype=dtype)
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (3, 3), (0, 3), (2, 0), (0, 0)], ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_snippet_rebuilds_the_fuzzers_inputs(shape, dtype):
+    """Empty arrays too: the standard's arrays have no `.reshape` method, so the snippet uses `xp.reshape`."""
+    case = _case(shape, dtype)
+    adapter = load_framework("array-api")
+    expected = reference(case.token_log_probs, case.advantages, case.token_mask)
+    snippet = render_snippet(case=case, framework="array-api", import_lines=(), function_name="recorded", wrap=None,
+                             expected=expected, tol=tolerance(expected, case.dtype), failures=["something failed"])
+    seen = []
+
+    def recorded(*inputs):
+        seen.append(inputs)
+        return get_implementation("array-api")(*inputs)
+
+    exec(compile(snippet, "<snippet>", "exec"), {"recorded": recorded})  # passes: the function is correct
+    for want, got in zip(adapter.materialize(case), seen[0]):
+        assert adapter.is_array(got) and adapter.dtype_of(got) == adapter.dtype_of(want)
+        assert tuple(got.shape) == tuple(want.shape)
+        np.testing.assert_array_equal(adapter.to_float64(got), adapter.to_float64(want))
+
+
+def _returns_numpy(token_log_probs, advantages, token_mask):
+    outputs = sequence_vs_token_normalization(token_log_probs, advantages, token_mask)
+    return {key: np.from_dlpack(value) for key, value in outputs.items()}
+
+
+def test_check_accepts_the_builtin_and_rejects_a_foreign_return_type():
+    report = check(sequence_vs_token_normalization, framework="array-api", max_examples=20, seed=0)
+    assert report.ok, str(report)
+    assert {cell.dtype for cell in report.cells if cell.applicable} == {"float32", "float64"}  # no halves here
+    report = check(_returns_numpy, framework="array-api", max_examples=5, seed=0, fail_fast=True)
+    assert not report.ok
+    assert "not a array_api_strict.Array" in report.failures[0].message
+
+
+def test_mixing_libraries_names_the_argument():
+    import array_api_strict as xp
+
+    adapter = load_framework("array-api")
+    log_probs, advantages = adapter.zeros((2, 3), "float32"), adapter.zeros((2,), "float32")
+    with pytest.raises(TypeError, match=r"token_mask must be an array of the library of token_log_probs"):
+        sequence_vs_token_normalization(log_probs, advantages, np.ones((2, 3), dtype=bool))
+    assert xp.all(sequence_vs_token_normalization(log_probs, advantages, adapter.zeros((2, 3), "bool"))[
+        "sequence_summed"] == 0)
+
+
+# The same function, unchanged, fuzzed as a user's function of each library (every layout NumPy and torch
+# have, all four dtypes, gradients through torch autograd and jax.vjp); JAX both in-process (the call runs
+# in a helper thread, where JAX's x64 scope must be set too) and in a worker process.
+@pytest.mark.parametrize(("framework", "options"), [
+    ("numpy", {}),
+    ("torch", {"gradients": True}),
+    ("jax", {"gradients": True}),
+    ("jax", {"gradients": True, "workers": 1}),
+])
+def test_the_one_implementation_conforms_on_other_libraries(framework, options):
+    pytest.importorskip(framework)
+    function = ("impls.array_api_impl:sequence_vs_token_normalization" if options.get("workers")
+                else sequence_vs_token_normalization)
+    report = check(function, framework=framework, max_examples=10, gradient_examples=5, seed=0, **options)
+    assert report.ok, str(report) + "\n".join(failure.message for failure in report.failures)
+    assert {cell.dtype for cell in report.cells if cell.applicable} == {"float16", "bfloat16", "float32", "float64"}
