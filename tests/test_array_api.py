@@ -9,12 +9,12 @@ import pytest
 
 from fuzz import check
 from fuzz.snippet import render_snippet
-from fuzz.tolerance import tolerance
 from impls import get_implementation
 from impls.array_api_impl import sequence_vs_token_normalization
 from impls.case import Case
 from impls.frameworks import load_framework
 from reference import reference
+from reference.tolerance import tolerance
 
 pytest.importorskip("array_api_strict")
 pytest.importorskip("array_api_compat")

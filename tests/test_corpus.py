@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.cli import check_parser, run_check
+from fuzz import check
 from fuzz.gradients import GRADIENT_OVERFLOW
 from impls.frameworks import FRAMEWORK_NAMES, adapter_class, check_modes
 
@@ -41,7 +41,7 @@ FUNCTION = "loss_normalization"
 # 10x the default budget (40 forward, 20 gradient examples per cell): no correct formulation may sit so near
 # the tolerance that a longer run would flag it. On the default device only: a second device ("cpu:1" in
 # JAX) tests where outputs land, not precision, and tests/test_devices.py covers it.
-ACCEPT_BUDGET = ("--max-examples", "400", "--gradient-examples", "200", "--devices", "cpu")
+ACCEPT_BUDGET = {"max_examples": 400, "gradient_examples": 200, "devices": ["cpu"]}
 
 
 def _param(path: Path, meta: dict[str, str]):
@@ -50,11 +50,11 @@ def _param(path: Path, meta: dict[str, str]):
     return pytest.param(path, meta, id=path.stem, marks=[pytest.mark.long] if meta.get("EXPECT") == "accept" else [])
 
 
-def _run_check(path: Path, framework: str, *options: str):
-    """`python -m fuzz check PATH:loss_normalization --framework F [options]`, in-process (pytest-xdist
-    already spreads the tests over the cores)."""
-    args = check_parser().parse_args([f"{path}:{FUNCTION}", "--framework", framework, "--jobs", "1", *options])
-    return run_check(args)
+def _run_check(path: Path, framework: str, **options):
+    """What `check PATH:loss_normalization --framework F` does, with its defaults (40 forward and 20 gradient
+    examples per cell, seed 0), through the Python API in this process: pytest-xdist already spreads the tests
+    over the cores, and a worker process per check would import the frameworks again each time."""
+    return list(check(f"{path}:{FUNCTION}", framework=framework, **options).cells)
 
 
 def _assert_snippet_fails_on_its_own(snippet: str, cwd: Path) -> None:
@@ -78,20 +78,20 @@ def test_check_tells_bugs_from_correct_code(path, meta, tmp_path):
     differentiable = adapter_class(_adapter_name(framework)).differentiable  # numpy and array-api: no autograd
     # Bugs: stop at the first failing cell (--fail-fast); correct code: the whole default budget.
     if expect == "reject":
-        cells = _run_check(path, framework, "--fail-fast")
+        cells = _run_check(path, framework, fail_fast=True)
         assert any(not cell.ok for cell in cells), f"{path.name}: no counterexample found"
         failing = next(cell for cell in cells if not cell.ok)
         assert failing.snippet and "token_log_probs =" in failing.snippet
         _assert_snippet_fails_on_its_own(failing.snippet, tmp_path)
     elif expect == "accept":
-        cells = _run_check(path, framework, *ACCEPT_BUDGET, *(["--gradients"] if differentiable else []))
+        cells = _run_check(path, framework, gradients=differentiable, **ACCEPT_BUDGET)
         # A half-precision backward that overflows is the dtype's limit, not a bug of the formula: it is reported
         # as an overflow (with the advice to compute the ratio in float32), the one failure correct code may show.
         failures = [(c.dtype, c.check, c.failures, c.traceback) for c in cells
                     if c.problems or any(bug.kind != GRADIENT_OVERFLOW for bug in c.bugs)]
         assert not failures, f"{path.name} is correct but was rejected: {failures}"
     elif expect == "reject-gradients":
-        cells = _run_check(path, framework, "--gradients", "--fail-fast")  # all forward cells come first
+        cells = _run_check(path, framework, gradients=True, fail_fast=True)  # all forward cells come first
         forward = [cell for cell in cells if cell.check == "forward"]
         assert len(forward) == 4 and all(cell.ok for cell in forward), [c.failures for c in forward if not c.ok]
         failing = [cell for cell in cells if cell.check == "gradients" and not cell.ok]
