@@ -84,9 +84,10 @@ class WatchedAdapter:
     """A framework adapter that remembers the last case it materialized (the checks materialize a case right
     before calling the function on it) and runs each call, and each VJP, through a Watcher."""
 
-    def __init__(self, adapter: Any, watcher: Watcher) -> None:
+    def __init__(self, adapter: Any, watcher: Watcher, compiled: bool = False) -> None:
         self._adapter = adapter
         self._watcher = watcher
+        self._compiled = compiled  # the adapter's compile policy applies to the call (dynamo's is per thread)
         self._case: Case | None = None
         self._busy = False  # the forward call inside a VJP is part of that VJP's call
 
@@ -107,7 +108,7 @@ class WatchedAdapter:
         case = self._case
 
         def scoped() -> Any:  # framework settings can be per thread (JAX's x64 is): set where the call runs
-            with self._adapter.scope(case):
+            with self._adapter.scope(case, compiled=self._compiled):
                 return thunk()
 
         try:

@@ -106,7 +106,7 @@ def snippet_source(subject: Subject) -> SnippetSource:
 
 def watch_subject(subject: Subject, watcher: Watcher) -> Subject:
     """The subject with every call of its function (and every VJP) run through `watcher`."""
-    adapter = WatchedAdapter(subject.adapter, watcher)
+    adapter = WatchedAdapter(subject.adapter, watcher, subject.compiled)
     return replace(subject, function=watched(subject.function, adapter), adapter=adapter)
 
 

@@ -77,6 +77,7 @@ def test_mixing_libraries_names_the_argument():
 # The same function, unchanged, fuzzed as a user's function of each library (every layout NumPy and torch
 # have, all four dtypes, gradients through torch autograd and jax.vjp); JAX both in-process (the call runs
 # in a helper thread, where JAX's x64 scope must be set too) and in a worker process.
+@pytest.mark.long
 @pytest.mark.parametrize(("framework", "options"), [
     ("numpy", {}),
     ("torch", {"gradients": True}),

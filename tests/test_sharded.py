@@ -129,6 +129,7 @@ def test_a_rank_that_fails_fails_its_cell_with_a_clear_message(tmp_path, monkeyp
     assert time.perf_counter() - started < 90  # ranks start in seconds; one timeout of 5 s, not one per shrink
 
 
+@pytest.mark.long
 def test_the_sharded_builtins_conform():
     """torch-distributed and jax-shard-map, and jax-jit with sharded inputs: the campaign's sharded rows."""
     from fuzz.cli import parse
