@@ -13,7 +13,7 @@ from impls.frameworks import adapter_class, prepare_process
 prepare_process()  # as the command line does, before any framework is imported: JAX gets its "cpu:1"
 
 settings.register_profile(
-    "ci", derandomize=True, deadline=None, database=None, max_examples=25, print_blob=True,
+    "ci", derandomize=True, deadline=None, database=None, max_examples=15, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile(
