@@ -92,13 +92,12 @@ class _Runner:
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
 
-        from fuzz.checks import Failure, call_safely, check_output_structure
-        from fuzz.gradients import GRADIENT_STRUCTURE
+        from fuzz.checks import Failure, call_safely
+        from fuzz.sharded.replies import rank_reply
         from fuzz.sharded.torch_ranks import LOAD_FAILED
         from impls.case import Case
         from impls.dtypes import numpy_dtype
         from impls.frameworks import load_framework
-        from reference import OUTPUT_KEYS
 
         adapter = load_framework("jax")
         try:
@@ -114,30 +113,9 @@ class _Runner:
                       zip((case.token_log_probs.astype(dtype), case.advantages.astype(dtype), case.token_mask),
                           IN_SPECS)]
             cotangents = job.get("cotangents")
-            if cotangents is None:
-                outputs, verdict = call_safely(forward, *inputs)
-            else:
-                result, verdict = call_safely(backward, *inputs, cotangents)
-                outputs = result[0] if result is not None else None
-            reply: dict[str, Any] = {"failures": list(verdict.failures), "traceback": verdict.traceback}
-            if not verdict.ok:
-                if cotangents is not None:
-                    reply["failures"] = [Failure(f"backward {f.kind}", f"backward {f.message}")
-                                         for f in verdict.failures]
-                return reply
-            if cotangents is None:
-                reply["failures"] += check_output_structure(outputs, adapter, case).failures
-                if isinstance(outputs, dict) and all(adapter.is_array(outputs.get(key)) for key in OUTPUT_KEYS):
-                    reply["outputs"] = {key: adapter.to_float64(outputs[key]) for key in OUTPUT_KEYS}
-                return reply
-            _, grad_log_probs, grad_advantages = result
-            reply["gradients"] = {}
-            for name, got in (("d token_log_probs", grad_log_probs), ("d advantages", grad_advantages)):
-                if adapter.dtype_of(got) != case.dtype:
-                    reply["failures"].append(Failure(
-                        GRADIENT_STRUCTURE, f"{name} has dtype {adapter.dtype_of(got)}, expected {case.dtype}"))
-                reply["gradients"][name] = adapter.to_float64(got)
-            return reply
+            result, verdict = (call_safely(forward, *inputs) if cotangents is None
+                               else call_safely(backward, *inputs, cotangents))
+            return rank_reply(adapter, case, verdict, result, cotangents)
 
 
 def _worker_main(connection: Any) -> None:

@@ -69,11 +69,10 @@ LOAD_FAILED = "function does not load on the ranks"
 
 def _run_job(job: dict[str, Any], groups: dict[tuple[int, int], tuple[Any, Any]], rank: int) -> dict[str, Any]:
     """One example on this rank: the forward pass (checked for structure and unchanged inputs), or the VJP."""
-    from fuzz.checks import INPUT_MODIFIED, Failure, call_safely, check_output_structure, modified_inputs
-    from fuzz.gradients import GRADIENT_STRUCTURE
+    from fuzz.checks import INPUT_MODIFIED, Failure, call_safely, modified_inputs
+    from fuzz.sharded.replies import rank_reply
     from impls.case import Case
     from impls.frameworks import load_framework
-    from reference import OUTPUT_KEYS
 
     adapter = load_framework("torch")
     try:
@@ -89,34 +88,10 @@ def _run_job(job: dict[str, Any], groups: dict[tuple[int, int], tuple[Any, Any]]
     cotangents = job.get("cotangents")
     inputs = adapter.materialize(case, requires_grad=cotangents is not None)
     snapshot = adapter.snapshot(inputs)
-    if cotangents is None:
-        outputs, verdict = call_safely(bound, *inputs)
-    else:
-        result, verdict = call_safely(adapter.vjp, bound, inputs, cotangents)
-        outputs = result[0] if result is not None else None
-    reply: dict[str, Any] = {"failures": list(verdict.failures), "traceback": verdict.traceback}
-    if not verdict.ok:
-        if cotangents is not None:
-            reply["failures"] = [Failure(f"backward {f.kind}", f"backward {f.message}") for f in verdict.failures]
-        return reply
-    reply["failures"] += [Failure(INPUT_MODIFIED, change) for change in modified_inputs(adapter, inputs, snapshot)]
-    if cotangents is None:
-        reply["failures"] += check_output_structure(outputs, adapter, case).failures
-        if isinstance(outputs, dict) and all(adapter.is_array(outputs.get(key)) for key in OUTPUT_KEYS):
-            reply["outputs"] = {key: adapter.to_float64(outputs[key]) for key in OUTPUT_KEYS}
-        return reply
-    _, grad_log_probs, grad_advantages = result
-    reply["gradients"] = {}
-    for name, got in (("d token_log_probs", grad_log_probs), ("d advantages", grad_advantages)):
-        if not adapter.is_array(got):
-            reply["failures"].append(Failure(GRADIENT_STRUCTURE,
-                                             f"{name} is a {type(got).__name__}, not a torch.Tensor"))
-            continue
-        if adapter.dtype_of(got) != case.dtype:
-            reply["failures"].append(Failure(GRADIENT_STRUCTURE,
-                                             f"{name} has dtype {adapter.dtype_of(got)}, expected {case.dtype}"))
-        reply["gradients"][name] = adapter.to_float64(got)
-    return reply
+    result, verdict = (call_safely(bound, *inputs) if cotangents is None
+                       else call_safely(adapter.vjp, bound, inputs, cotangents))
+    changes = tuple(Failure(INPUT_MODIFIED, change) for change in modified_inputs(adapter, inputs, snapshot))
+    return rank_reply(adapter, case, verdict, result, cotangents, changes)
 
 
 def _rank_main(rank: int, world: int, port: int, device: str, connection: Any) -> None:
