@@ -18,7 +18,7 @@ fuzz: $(STAMP)   ## the main job: the conformance campaign over every built-in i
 	$(PY) -m fuzz $(ARGS)
 
 test: $(STAMP)   ## the whole test suite on every core (CI runs this)
-	$(PY) -m pytest -n auto --dist load $(ARGS)
+	$(PY) -m pytest -n auto --dist load --maxschedchunk 1 $(ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

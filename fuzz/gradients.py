@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from fuzz.checks import INPUT_MODIFIED, Verdict, call_safely, modified_inputs, out_of_tolerance, same_bits
 from fuzz.exact import exact as exact_results
+from fuzz.strategies import SEEDS, choice
 from impls.case import Case
 from impls.dtypes import largest, round_to
 from reference import Gradients, complete_cotangents, vjp
@@ -30,8 +31,8 @@ GRADIENT_MASKED = "gradient not 0 at masked positions"
 
 
 def draw_cotangents(data: st.DataObject, case: Case) -> dict[str, np.ndarray]:
-    kind = data.draw(st.sampled_from(COTANGENT_KINDS), label="cotangents")
-    seed = data.draw(st.integers(0, 2**32 - 1), label="cotangent seed")
+    kind = data.draw(choice(COTANGENT_KINDS), label="cotangents")
+    seed = data.draw(SEEDS, label="cotangent seed")
     rng = np.random.default_rng(seed)
     batch, _ = case.shape
     cotangents = {

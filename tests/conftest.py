@@ -45,6 +45,8 @@ def implementation_devices() -> list:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Start the tests marked `long` first: `--dist load` deals the first tests round-robin, so the long ones
-    spread over the workers, and the short ones fill in as workers free up."""
+    """Start the tests marked `long` first. With `--maxschedchunk 1` (the Makefile's), `--dist load` hands each
+    worker two tests and then one more whenever it is down to one, so the long tests spread over the workers
+    and the short ones fill in as workers free up. (Without it, each worker first gets a quarter of its share
+    as one consecutive block: every long test landed on one worker, 863 s against the other's 576 s.)"""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from fuzz.strategies import Draw
+from fuzz.strategies import BOOLEANS, Draw, choice, integers
 from impls.case import Case
 
 MESHES: tuple[tuple[int, int], ...] = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4))  # (data, sequence)
@@ -77,13 +77,13 @@ class Shard:
 def _cuts(draw: Draw, size: int, parts: int, what: str) -> tuple[int, ...]:
     if parts == 1:
         return (0, size)
-    kind = draw(st.sampled_from(CUT_KINDS), f"{what} split")
+    kind = draw(choice(CUT_KINDS), f"{what} split")
     if kind == "uneven":
-        inner = sorted(draw(st.lists(st.integers(0, size), min_size=parts - 1, max_size=parts - 1), f"{what} cuts"))
+        inner = sorted(draw(st.lists(integers(0, size), min_size=parts - 1, max_size=parts - 1), f"{what} cuts"))
         return (0, *inner, size)
     even = [round(j * size / (parts - (kind != "even"))) for j in range(parts - (kind != "even") + 1)]
     if kind == "one empty shard":
-        empty = draw(st.integers(0, parts - 1), f"empty {what} shard")
+        empty = draw(integers(0, parts - 1), f"empty {what} shard")
         even.insert(empty, even[empty])  # shard `empty` is [c, c)
     return tuple(even)
 
@@ -91,11 +91,11 @@ def _cuts(draw: Draw, size: int, parts: int, what: str) -> tuple[int, ...]:
 def draw_split(draw: Draw, case: Case, meshes: Sequence[tuple[int, int]] = MESHES) -> tuple[Case, Split]:
     """A mesh from `meshes` and a split of `case` over it; the case comes back with one shard's mask cleared
     when the draw says so. `draw(strategy, label)` is Hypothesis' draw with a label for the story."""
-    data, sequence = draw(st.sampled_from(list(meshes)), "mesh (data, sequence)")
+    data, sequence = draw(choice(tuple(meshes)), "mesh (data, sequence)")
     batch, tokens = case.shape
     split = Split(data, sequence, _cuts(draw, batch, data, "row"), _cuts(draw, tokens, sequence, "token"))
-    if split.world > 1 and draw(st.booleans(), "one shard all masked"):
-        rank = draw(st.integers(0, split.world - 1), "all-masked rank")
+    if split.world > 1 and draw(BOOLEANS, "one shard all masked"):
+        rank = draw(integers(0, split.world - 1), "all-masked rank")
         d, q = split.coordinates(rank)
         mask = case.token_mask.copy()
         mask[split.rows(d), split.tokens(q)] = False
