@@ -37,6 +37,7 @@ ADVANTAGE_KINDS = ("mixed signs", "some exactly 0", "all 0", "all equal")
 BATCH_SIZES = (1, 2, 3, 4, 8, 16)  # closed under halving, for the "split the batch" relation
 TOKEN_SIZES = (1, 3, 7, 16, 33, 300)
 LONG_ROW_SIZES = (512, 1031, 4096)
+SQUARE_SIZES = tuple(sorted(set(BATCH_SIZES) & set(TOKEN_SIZES)))  # the "batch == tokens" kind
 
 
 BOOLEANS = st.booleans()
@@ -71,19 +72,24 @@ def _weighted(kinds: Sequence[str], weights: dict[str, int]) -> tuple[str, ...]:
     return tuple(kind for kind in kinds for _ in range(weights.get(kind, 1)))
 
 
+SHAPE_KIND_MENU = _weighted(SHAPE_KINDS, {"general": 3, "one long row": 2})
+MASK_MENU = _weighted(MASK_KINDS, {"random density": 2, "prefix lengths": 2})
+ADVANTAGE_MENU = _weighted(ADVANTAGE_KINDS, {"mixed signs": 3})
+
+
 def draw_shape(draw: Draw) -> tuple[int, int]:
-    kind = draw(choice(_weighted(SHAPE_KINDS, {"general": 3, "one long row": 2})), "shape kind")
+    kind = draw(choice(SHAPE_KIND_MENU), "shape kind")
     if kind == "tiny":
         return draw(integers(0, 3), "batch"), draw(integers(0, 3), "tokens")
     if kind == "batch == tokens":
-        n = draw(choice(tuple(sorted(set(BATCH_SIZES) & set(TOKEN_SIZES)))), "batch == tokens")
+        n = draw(choice(SQUARE_SIZES), "batch == tokens")
         return n, n
     if kind == "batch of 1":
         return 1, draw(choice(TOKEN_SIZES + LONG_ROW_SIZES[:1]), "tokens")
     if kind == "empty":
         if draw(BOOLEANS, "empty batch"):
-            return 0, draw(choice((0, *TOKEN_SIZES[:6])), "tokens")
-        return draw(choice(BATCH_SIZES[:6]), "batch"), 0
+            return 0, draw(choice((0, *TOKEN_SIZES)), "tokens")
+        return draw(choice(BATCH_SIZES), "batch"), 0
     if kind == "general":
         return draw(choice(BATCH_SIZES), "batch"), draw(choice(TOKEN_SIZES), "tokens")
     return draw(choice(BATCH_SIZES[:4]), "batch"), draw(choice(LONG_ROW_SIZES), "tokens")
@@ -138,19 +144,16 @@ def draw_case(
         story.append((label, value))
         return value
 
-
     dtype = labelled(choice(tuple(dtypes)), "dtype")
     device = labelled(choice(tuple(devices)), "device")
     layout = labelled(choice(tuple(layouts)), "layout")
     batch, tokens = draw_shape(labelled)
     value_kind = labelled(choice(VALUE_KINDS), "log-prob values")
-    mask_kind = labelled(choice(_weighted(MASK_KINDS, {"random density": 2, "prefix lengths": 2})), "mask")
+    mask_kind = labelled(choice(MASK_MENU), "mask")
     density = labelled(choice((0.7, 0.05, 0.5, 0.95)), "mask density")
     padding_kind = labelled(choice(PADDING_KINDS), "masked-out values")
     zero_fraction = labelled(choice((0.0, 0.2, 1.0)), "exact zeros")
-    advantage_kind = labelled(
-        choice(_weighted(ADVANTAGE_KINDS, {"mixed signs": 3})), "advantages"
-    )
+    advantage_kind = labelled(choice(ADVANTAGE_MENU), "advantages")
     seed = labelled(SEEDS, "seed")
 
     rng = np.random.default_rng(seed)
