@@ -129,6 +129,14 @@ def test_a_rank_that_fails_fails_its_cell_with_a_clear_message(tmp_path, monkeyp
     assert time.perf_counter() - started < 90  # ranks start in seconds; one timeout of 5 s, not one per shrink
 
 
+def test_each_mesh_draws_its_own_cases():
+    """Every (seed, mesh) has a seed of its own: the meshes of a run draw different cases, and two runs with
+    different --seed share none of their cells' cases."""
+    seeds = [task.seed for seed in range(3) for task in plan_sharded_cells(
+        "t.py:f", "torch", ["float32"], ["cpu"], 3, seed, False, 1, builtin=False)]
+    assert len(seeds) == 3 * len(MESHES) == len(set(seeds))
+
+
 @pytest.mark.long
 def test_the_sharded_builtins_conform():
     """torch-distributed and jax-shard-map, and jax-jit with sharded inputs: the campaign's sharded rows."""
