@@ -4,19 +4,18 @@ any budget); gradient bugs pass the forward check and fail `--gradients`."""
 
 from __future__ import annotations
 
-import ast
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from corpus_entries import FUNCTION, corpus_entries
 
 from fuzz import check
 from fuzz.gradients import GRADIENT_OVERFLOW
 from impls.frameworks import FRAMEWORK_NAMES, adapter_class, check_modes
 
-CORPUS = Path(__file__).parent / "corpus"
 # Every `check --framework` choice, from the adapters (torch, torch-compile, jax, numpy, array-api, ...)
 FRAMEWORKS = set(check_modes())
 
@@ -26,18 +25,7 @@ def _adapter_name(framework: str) -> str:
     return check_modes()[framework][0]
 
 
-def _metadata(path: Path) -> dict[str, str]:
-    tree = ast.parse(path.read_text())
-    values = {}
-    for node in tree.body:
-        name = node.targets[0].id if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) else ""
-        if name in ("FRAMEWORK", "EXPECT") and isinstance(node.value, ast.Constant):
-            values[name] = node.value.value
-    return values
-
-
-ENTRIES = sorted((path, _metadata(path)) for path in CORPUS.glob("*.py") if path.name != "__init__.py")
-FUNCTION = "loss_normalization"
+ENTRIES = corpus_entries()
 # 10x the default budget (40 forward, 20 gradient examples per cell): no correct formulation may sit so near
 # the tolerance that a longer run would flag it. On the default device only: a second device ("cpu:1" in
 # JAX) tests where outputs land, not precision, and tests/test_devices.py covers it.

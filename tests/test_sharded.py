@@ -7,7 +7,6 @@ process), so only the first sharded test of a worker pays for starting them."""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from corpus_entries import CORPUS, FUNCTION, corpus_entries
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,20 +28,8 @@ from fuzz.strategies import cases
 from reference import reference
 from reference.tolerance import CONTRACT
 
-CORPUS = Path(__file__).parent / "corpus" / "sharded"
-FUNCTION = "loss_normalization"
-
-
-def _metadata(path: Path) -> dict[str, str]:
-    values = {}
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and \
-                node.targets[0].id in ("FRAMEWORK", "EXPECT"):
-            values[node.targets[0].id] = node.value.value
-    return values
-
-
-ENTRIES = sorted((path, _metadata(path)) for path in CORPUS.glob("*.py"))
+SHARDED_CORPUS = CORPUS / "sharded"
+ENTRIES = corpus_entries(SHARDED_CORPUS)
 
 
 def _check(path: Path, engine: str, *options: str, default_examples: bool = True):
@@ -178,8 +166,8 @@ def test_check_sharded_exit_codes():
     both = _run_fuzz("check", "impls.jax_shard_map:sequence_vs_token_normalization", "--sharded", "jax",
                      "--framework", "jax")
     assert both.returncode == 2 and "argument --framework: not allowed with argument --sharded" in both.stderr
-    bug = _run_fuzz("check", f"{CORPUS / 'torch_missing_sequence_reduction.py'}:{FUNCTION}", "--sharded", "torch",
-                    "--dtypes", "float32", "--fail-fast")
+    target = f"{SHARDED_CORPUS / 'torch_missing_sequence_reduction.py'}:{FUNCTION}"
+    bug = _run_fuzz("check", target, "--sharded", "torch", "--dtypes", "float32", "--fail-fast")
     assert bug.returncode == 1, bug.stderr[-2000:]
     assert "FAIL" in bug.stdout and "torch.multiprocessing.spawn(run_rank" in bug.stdout
 
