@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from corpus_entries import FUNCTION, corpus_entries
 
 from fuzz import check
 from fuzz.gradients import GRADIENT_OVERFLOW
 from impls.frameworks import FRAMEWORK_NAMES, adapter_class, check_modes
+from tests.corpus_entries import FUNCTION, corpus_entries
 
 # Every `check --framework` choice, from the adapters (torch, torch-compile, jax, numpy, array-api, ...)
 FRAMEWORKS = set(check_modes())

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from corpus_entries import CORPUS, FUNCTION, corpus_entries
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +26,7 @@ from fuzz.sharded.torch_ranks import TIMEOUT_VARIABLE
 from fuzz.strategies import cases
 from reference import reference
 from reference.tolerance import CONTRACT
+from tests.corpus_entries import CORPUS, FUNCTION, corpus_entries
 
 SHARDED_CORPUS = CORPUS / "sharded"
 ENTRIES = corpus_entries(SHARDED_CORPUS)
