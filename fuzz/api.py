@@ -109,15 +109,24 @@ def check(
     process; N runs the cells in N worker processes (the function must then be importable by its module and
     name; a crash or hang there fails its cell instead of this process). Raises ValueError for bad
     arguments and fuzz.loader.LoadError when the function or the framework cannot be loaded."""
+    if not (isinstance(fn, str) or callable(fn)):
+        raise TypeError(f"fn must be a function or a 'module:function' string, got {type(fn).__name__}")
     if framework not in FRAMEWORK_CHOICES:
         raise ValueError(f"framework must be one of {FRAMEWORK_CHOICES}, got {framework!r}")
-    unknown = [dtype for dtype in dtypes if dtype not in DTYPE_NAMES]
-    if unknown or not dtypes:
-        raise ValueError(f"dtypes must be a non-empty subset of {DTYPE_NAMES}, got {list(dtypes)!r}")
+    dtypes = _names("dtypes", dtypes, DTYPE_NAMES)
+    if devices is not None:
+        devices = _names("devices", devices, None)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, got {precision!r}")
-    if max_examples < 1 or timeout <= 0 or (workers is not None and workers < 1):
-        raise ValueError("max_examples and workers must be positive integers, timeout a positive number")
+    _positive("max_examples", max_examples)
+    if gradient_examples is not None:
+        _positive("gradient_examples", gradient_examples)
+    if workers is not None:
+        _positive("workers", workers)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     spec = (fn if isinstance(fn, str) else _spec_of(fn)) if workers else None
     if isinstance(fn, str):
         target = load_target(fn)
@@ -134,7 +143,8 @@ def check(
                        max_examples, seed, gradients,
                        gradient_examples if gradient_examples is not None else max(1, max_examples // 2))
     if not tasks:
-        raise ValueError(f"none of the devices {list(devices or [])} exists for {framework} here")
+        raise ValueError(f"none of the devices {list(devices or [])} exists for {framework} here "
+                         f"(its devices here: {subject.adapter.devices()})")
     if spec is not None:
         from fuzz.parallel import run_cells
 
@@ -150,13 +160,35 @@ def check(
     return Report(tuple(results), tuple(dtypes))
 
 
+def _names(argument: str, values: Sequence[str] | str, choices: Sequence[str] | None) -> list[str]:
+    """A list of names, each once: a sequence, or one comma-separated string as on the command line."""
+    if isinstance(values, str):
+        values = values.split(",")
+    if not isinstance(values, Sequence) or not all(isinstance(value, str) for value in values):
+        raise TypeError(f"{argument} must be a list of names (or one comma-separated string), got {values!r}")
+    names = list(dict.fromkeys(value.strip() for value in values if value.strip()))
+    unknown = [name for name in names if choices is not None and name not in choices]
+    if unknown or not names:
+        raise ValueError(f"{argument} must be a non-empty subset of {tuple(choices or ())}, got {list(values)!r}")
+    return names
+
+
+def _positive(argument: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{argument} must be a positive int, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{argument} must be a positive int, got {value!r}")
+
+
 def _spec_of(fn: Callable[..., Any]) -> str:
     """"module:name" for a function a worker process can import; ValueError for one it cannot."""
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    if not module or module == "__main__" or not qualname.isidentifier():
-        raise ValueError(f"workers= needs a function importable by its module and name, and "
-                         f"{module}.{qualname} is not (defined in __main__ or inside a function?): pass "
-                         f"workers=None to run it in this process, or 'package.module:function'")
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or module == "__main__" or not isinstance(qualname, str) or not qualname.isidentifier():
+        what = f"{module}.{qualname}" if module and isinstance(qualname, str) else f"{type(fn).__name__} {fn!r:.80}"
+        raise ValueError(f"workers= needs a function importable by its module and name, and {what} is not (a "
+                         "lambda, a partial, a callable instance, or a function defined in __main__ or inside "
+                         "another function): pass workers=None to run it in this process, or a "
+                         "'package.module:function' string")
     return f"{module}:{qualname}"
 
 

@@ -14,7 +14,7 @@ from fuzz.campaign import CellResult, Subject, fuzz_cell
 from fuzz.gradients import gradient_example
 from fuzz.interrupted import TIMEOUT, SnippetSource, interrupted_cell, timed_out
 from fuzz.loader import LoadError, load_target
-from impls.frameworks import check_modes, load_framework
+from impls.frameworks import Framework, check_modes, load_framework
 from impls.registry import Implementation, get_implementation
 from reference.tolerance import CONTRACT, PRECISIONS, STRICT
 
@@ -54,12 +54,17 @@ def function_subject(name: str, function: Callable[..., Any], framework: str, im
     adapter compiles it for the compiled modes: torch-compile, jax). Raises LoadError when the framework does
     not load here."""
     adapter_name, mode = check_modes()[framework]
-    try:
-        adapter = load_framework(adapter_name)
-    except Exception as error:
-        raise LoadError(f"framework {adapter_name} is unavailable here: {type(error).__name__}: {error}") from error
+    adapter = available_adapter(adapter_name)
     return Subject(name, adapter.wrap(function, framework), adapter, import_lines, function_name, wrap=mode.wrap,
                    precision=PRECISIONS[precision], compiled=mode.wrap is not None)
+
+
+def available_adapter(name: str) -> Framework:
+    """The adapter of framework `name`; LoadError (exit 2) where the framework does not import here."""
+    try:
+        return load_framework(name)
+    except Exception as error:
+        raise LoadError(f"framework {name} is unavailable here: {type(error).__name__}: {error}") from error
 
 
 _BUILT: dict[SubjectSpec, Subject] = {}

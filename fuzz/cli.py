@@ -14,25 +14,34 @@ from fuzz.campaign import CellResult
 from fuzz.cells import FRAMEWORK_CHOICES, CellTask, SubjectSpec, build_subject, plan_cells
 from fuzz.loader import LoadError
 from fuzz.parallel import default_jobs, run_cells
-from fuzz.report import render_failures, render_matrix, write_json
+from fuzz.report import render_failures, render_matrix, unwritable_reason, write_json
 from impls.dtypes import DTYPE_NAMES
 from impls.frameworks import prepare_process
 from impls.registry import BUILTIN_NAMES, SHARDED_NAMES, get_implementation
 from reference.tolerance import CONTRACT, PRECISIONS
 
 COUNTEREXAMPLE = 1
+USAGE_ERROR = 2
 INTERNAL_ERROR = 3
 
 
 def _csv(choices: Sequence[str], what: str):
     def parse(text: str) -> list[str]:
-        values = [value.strip() for value in text.split(",") if value.strip()]
+        values = list(dict.fromkeys(value.strip() for value in text.split(",") if value.strip()))  # once each
         unknown = [value for value in values if value not in choices]
         if unknown or not values:
             raise argparse.ArgumentTypeError(f"{what} must be a comma-separated subset of {', '.join(choices)}")
         return values
 
     return parse
+
+
+def _report_path(text: str) -> str:
+    """A path a report can be written to, checked when the command line is read: before any fuzzing."""
+    reason = unwritable_reason(text)
+    if reason is not None:
+        raise argparse.ArgumentTypeError(f"cannot write the report there: {reason}")
+    return text
 
 
 def _positive_int(text: str) -> int:
@@ -64,7 +73,8 @@ def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> N
     parser.add_argument("--max-examples", type=_positive_int, default=default_examples,
                         help=f"Hypothesis examples per (device, dtype) cell (default {default_examples})")
     parser.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
-    parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
+    parser.add_argument("--json", metavar="PATH", type=_report_path,
+                        help="write the full report as JSON (checked before fuzzing: the folder must exist)")
     parser.add_argument("--gradient-examples", type=_positive_int, default=None,
                         help="examples per gradient cell (default: half of --max-examples)")
     parser.add_argument("--jobs", type=_positive_int, default=jobs,
@@ -156,15 +166,26 @@ def _gradient_examples(args: argparse.Namespace) -> int:
 
 
 def _finish(results: list[CellResult], args: argparse.Namespace, notes: dict[str, str], meta: dict) -> int:
+    if not results:  # the plans refuse this earlier, with the reason; this is the last guard
+        print("error: nothing was fuzzed: no implementation and device matched", file=sys.stderr)
+        return USAGE_ERROR
     print(render_matrix(results, args.dtypes, notes))
     print(render_failures(results))
+    verdict = 0 if all(cell.ok for cell in results) else COUNTEREXAMPLE
     if args.json:
-        write_json(args.json, results, meta)
+        try:
+            write_json(args.json, results, meta)
+        except OSError as error:  # the folder changed since it was checked: the verdict above still stands
+            print(f"error: the JSON report could not be written to {args.json}: {error}", file=sys.stderr)
+            return verdict or USAGE_ERROR
         print(f"JSON report: {args.json}")
-    if not results:
-        print("nothing was fuzzed: no implementation and device matched", file=sys.stderr)
-        return 2
-    return 0 if all(cell.ok for cell in results) else 1
+    return verdict
+
+
+def no_matching_device(asked: Sequence[str], here: dict[str, Sequence[str]]) -> str:
+    """Why nothing was planned for `--devices`: the devices asked for, and those each subject has here."""
+    have = "; ".join(f"{name}: {', '.join(devices) or 'none'}" for name, devices in here.items())
+    return f"none of the devices asked for ({', '.join(asked)}) exists here; the devices here are {have}"
 
 
 def campaign(args: argparse.Namespace) -> int:
@@ -190,6 +211,13 @@ def campaign(args: argparse.Namespace) -> int:
           f"{args.jobs} worker(s)", file=sys.stderr)
     tasks = plan_cells(subjects, args.dtypes, args.devices, args.max_examples, args.seed, args.gradients,
                        _gradient_examples(args))
+    if not subjects and not sharded:
+        print("error: no implementation asked for is available here", file=sys.stderr)
+        return USAGE_ERROR
+    if args.devices is not None and not tasks and not sharded:
+        here = {spec.name: devices for spec, devices in subjects}
+        print(f"error: {no_matching_device(args.devices, here)}", file=sys.stderr)
+        return USAGE_ERROR
     results = run_cells(tasks, jobs=args.jobs, timeout=args.timeout,
                         priority=lambda task: task.subject.name in compiled)
     if sharded:
@@ -208,8 +236,11 @@ def check_tasks(args: argparse.Namespace) -> list[CellTask]:
     spec = SubjectSpec(args.target, args.framework, args.precision)
     devices = build_subject(spec).adapter.devices()
     gradient_examples = _gradient_examples(args)  # resolves the default --max-examples too
-    return plan_cells([(spec, devices)], args.dtypes, args.devices, args.max_examples, args.seed,
-                      args.gradients, gradient_examples)
+    tasks = plan_cells([(spec, devices)], args.dtypes, args.devices, args.max_examples, args.seed,
+                       args.gradients, gradient_examples)
+    if not tasks:
+        raise LoadError(no_matching_device(args.devices or [], {args.framework: devices}))
+    return tasks
 
 
 def run_check(args: argparse.Namespace) -> list[CellResult]:

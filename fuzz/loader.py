@@ -39,10 +39,20 @@ def _load_target(spec: str) -> Target:
     location, sep, name = spec.rpartition(":")
     if not sep or not location or not name.isidentifier():
         raise LoadError(f"TARGET must look like package.module:function or path/to/file.py:function, got {spec!r}")
-    if location.endswith(".py") or os.sep in location:
+    is_file = location.endswith(".py") or os.sep in location
+    if not is_file and not all(part.isidentifier() for part in location.split(".")):
+        fixed = f"{location.rstrip(':')}:{name}"
+        raise LoadError(f"TARGET {spec!r}: {location!r} is neither a file (path/to/file.py) nor a module name "
+                        f"(package.module); did you mean {fixed!r}? (one colon between the two parts)")
+    if is_file:
         path = os.path.abspath(location)
         if not os.path.isfile(path):
             raise LoadError(f"{location}: no such file")
+        # As `python path/to/file.py` does: the file's own folder is on the path, so the modules beside it
+        # (`import helpers`) import from any working directory, in workers and ranks too (they load it here).
+        folder = os.path.dirname(path)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
         module_name = "_fuzz_target_" + os.path.splitext(os.path.basename(path))[0]
         module_spec = importlib.util.spec_from_file_location(module_name, path)
         if module_spec is None or module_spec.loader is None:
@@ -55,6 +65,8 @@ def _load_target(spec: str) -> Target:
             raise LoadError(f"{location} raised on import: {type(error).__name__}: {error}") from error
         import_lines = (
             "import importlib.util",
+            "import sys",
+            f"sys.path.insert(0, {folder!r})  # the file's folder, as `python {os.path.basename(path)}` has it",
             f"_spec = importlib.util.spec_from_file_location({module_name!r}, {path!r})",
             "_module = importlib.util.module_from_spec(_spec)",
             "_spec.loader.exec_module(_module)",

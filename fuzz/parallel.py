@@ -59,6 +59,7 @@ def _worker_main(connection: Connection, storage: str) -> None:
     # Hypothesis writes caches (the constants it mines from source files) under its storage directory,
     # `.hypothesis/` in the current directory by default: keep them in the run's temporary directory.
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = storage
+    connection.send(("ready", None))  # started: what fails after this is a cell's business
     watcher = PipeWatcher(connection)
     while True:
         task = connection.recv()
@@ -86,6 +87,7 @@ class _Worker:
         self.call: Call | None = None
         self.call_started: float | None = None
         self.cell_started = 0.0
+        self.ready = False  # it started and said so; one that dies before that never ran a cell
 
     def assign(self, index: int, task: CellTask) -> None:
         self.index, self.task, self.source, self.call, self.call_started = index, task, None, None, None
@@ -153,6 +155,15 @@ def run_cells(tasks: Sequence[CellTask], *, jobs: int, fail_fast: bool = False, 
     return [done[i] for i in sorted(done)]
 
 
+def not_started(exitcode: int | None) -> str:
+    """Why a worker that never said it was ready died: most often, the script that started it runs `check()` at
+    import, so multiprocessing's spawn, which imports that script in each new process, runs it again there."""
+    return (f"a worker process exited with status {exitcode} before it started (its own error is printed above, "
+            "on stderr). If a script calls fuzz.check(..., workers=N) at module level, each worker process, "
+            "which imports that script as it starts, runs that call again and fails: put the call under "
+            "`if __name__ == \"__main__\":`")
+
+
 def _wait_for_news(workers: list[_Worker], timeout: float) -> list[tuple[_Worker, CellResult]]:
     """Wait until a busy worker says something, dies, or overruns a call; return the cells that ended."""
     busy = [worker for worker in workers if worker.task is not None]
@@ -169,6 +180,9 @@ def _wait_for_news(workers: list[_Worker], timeout: float) -> list[tuple[_Worker
             worker.process.kill()
             worker.process.join()
             result = _failed(worker, timed_out(timeout, call), TIMEOUT, call)
+        if result is None and not alive and not worker.ready:
+            worker.process.join()
+            raise WorkerError(not_started(worker.process.exitcode))
         if result is None and not alive:
             worker.process.join()
             call = worker.call if worker.call_started is not None else None
@@ -187,7 +201,9 @@ def _read(worker: _Worker) -> CellResult | None:
             kind, payload = worker.connection.recv()
         except (EOFError, OSError):  # the worker died; the caller sees it in its exit code
             return None
-        if kind == "subject":
+        if kind == "ready":
+            worker.ready = True
+        elif kind == "subject":
             worker.source = payload
         elif kind == "call":
             worker.call = payload

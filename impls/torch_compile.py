@@ -7,16 +7,19 @@ loads a bool mask several times slower, and an integer count costs a second pass
 unbacked for the call (the marks are removed afterwards), so batch or tokens of 0 or 1 reuse the general
 graph instead of each compiling its own; only dtype, device, stride pattern (contiguous, transposed,
 strided, expanded) and rows of 2^24 tokens or more (counted in float64) compile anew.
-Importing it changes no global setting: the fuzzer raises dynamo's recompile limit and makes hitting it an
-error only while it calls compiled code (impls/frameworks/torch_framework.py). A trainer that calls it
-across many dtypes and layouts may need `torch._dynamo.config.recompile_limit` raised, like any compiled
-function.
+
+Dynamo counts recompiles per code object and, with `fullgraph=True`, raising past its limit (8 by default)
+is an error: four dtypes times four stride patterns, forward and backward, are more variants than that. So
+each (dtype, device, autograd) variant gets a compiled copy of its own (`compile_per_variant`), whose few
+stride patterns stay far below the limit: a library user can call it with every dtype, layout and shape in
+one process with dynamo's default settings. Importing it changes no global setting.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import torch
@@ -59,6 +62,40 @@ def compile_with_unbacked_sizes(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def _code_copy(fn: Callable[..., Any], suffix: str) -> Callable[..., Any]:
+    """`fn` with a code object of its own: dynamo keeps compiled graphs and counts recompiles per code object."""
+    code = fn.__code__.replace(co_name=f"{fn.__name__}__{suffix}")
+    copy = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__, copy.__doc__ = fn.__kwdefaults__, fn.__doc__
+    return copy
+
+
+def _variant(tensors: tuple[Any, ...]) -> tuple[Hashable, ...]:
+    """What forces a recompile anyway: the dtype, the device, whether autograd records (and for which inputs)."""
+    first = tensors[0]
+    recording = torch.is_grad_enabled() and any(t.requires_grad for t in tensors if isinstance(t, torch.Tensor))
+    grads = tuple(t.requires_grad for t in tensors if isinstance(t, torch.Tensor)) if recording else ()
+    return first.dtype, first.device.type, grads
+
+
+def compile_per_variant(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`compile_with_unbacked_sizes(fn)`, compiled separately for each (dtype, device, autograd) variant of its
+    tensor arguments, so that no code object sees more recompiles than its layouts cause (see the module
+    docstring). The lookup is a dict access per call."""
+    compiled: dict[Hashable, Callable[..., Any]] = {}
+
+    @functools.wraps(fn)
+    def call(*arguments: Any) -> Any:
+        key = _variant(arguments)
+        if key not in compiled:
+            suffix = "_".join(str(part).removeprefix("torch.") for part in key[:2]) + ("_grad" if key[2] else "")
+            compiled[key] = compile_with_unbacked_sizes(_code_copy(fn, f"{suffix}{len(compiled)}"))
+        return compiled[key](*arguments)
+
+    call.variants = compiled  # type: ignore[attr-defined]  (tests read the compiled copies)
+    return call
+
+
 def normalize(
     token_log_probs: torch.Tensor, advantages: torch.Tensor, mask_bytes: torch.Tensor, count_dtype: torch.dtype
 ) -> dict[str, torch.Tensor]:
@@ -71,7 +108,7 @@ def normalize(
     return weights_and_ratio(token_log_probs.dtype, advantages, selected_sums, counts)
 
 
-compiled_normalize = compile_with_unbacked_sizes(normalize)
+compiled_normalize = compile_per_variant(normalize)
 
 
 def count_dtype_for(token_log_probs: torch.Tensor) -> torch.dtype:

@@ -1,6 +1,7 @@
 """`python -m fuzz check`: exit 0 conforms, 1 counterexample (a snippet that reproduces), 2 usage/load error."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -210,3 +211,107 @@ def test_without_a_subcommand_the_campaign_runs():
     result = run_fuzz("--implementations", "numpy", "--dtypes", "float64", "--max-examples", "5")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Conformance matrix" in result.stdout and "numpy" in result.stdout
+
+
+@pytest.mark.parametrize("command", [
+    ["check", "impls.numpy_impl:sequence_vs_token_normalization", "--framework", "numpy"],
+    ["check", "impls.torch_distributed:sequence_vs_token_normalization", "--sharded", "torch"],
+    ["--implementations", "numpy"],
+], ids=["check", "sharded", "campaign"])
+@pytest.mark.parametrize("path", ["/proc/nope/r.json", "", "{tmp}", "{tmp}/missing/r.json"],
+                         ids=["no-such-folder", "empty", "a-directory", "missing-folder"])
+def test_an_unwritable_report_path_is_refused_before_any_fuzzing(tmp_path, command, path):
+    started = time.monotonic()
+    result = run_fuzz(*command, "--json", path.format(tmp=tmp_path))
+    assert time.monotonic() - started < 2 + 3, "refused after fuzzing, not before"  # Python's start included
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "argument --json: cannot write the report there" in result.stderr
+    assert "Conformance" not in result.stdout
+
+
+def test_a_read_only_working_directory_is_refused_for_a_relative_report_path(tmp_path):
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        result = run_fuzz("check", "impls.numpy_impl:sequence_vs_token_normalization", "--framework", "numpy",
+                          "--json", "r.json", cwd=folder)
+    finally:
+        folder.chmod(0o755)
+    if os.geteuid() == 0:  # root writes anywhere: the folder is writable to it, and the report is written
+        assert result.returncode == 0 and (folder / "r.json").exists(), result.stderr
+    else:
+        assert result.returncode == 2 and "is not writable" in result.stderr
+
+
+def test_the_report_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    from fuzz.report import write_atomically
+
+    path = tmp_path / "r.json"
+    path.write_text("old")
+
+    class Boom(Exception):
+        pass
+
+    def fail(*args):
+        raise Boom
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(Boom):
+        write_atomically(str(path), "new")
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no half file left
+
+
+@pytest.mark.parametrize(("command", "message"), [
+    (["check", "impls.numpy_impl:sequence_vs_token_normalization", "--framework", "torch", "--devices", "cuda"],
+     "none of the devices asked for (cuda) exists here; the devices here are torch: cpu"),
+    (["check", "impls.numpy_impl:sequence_vs_token_normalization", "--framework", "torch", "--devices", "cpu:1"],
+     "none of the devices asked for (cpu:1) exists here; the devices here are torch: cpu"),
+    (["--implementations", "numpy", "--devices", "cuda"],
+     "none of the devices asked for (cuda) exists here; the devices here are numpy: cpu"),
+])
+def test_devices_that_do_not_exist_are_named_with_the_ones_that_do(command, message):
+    result = run_fuzz(*command)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr
+
+
+def test_a_dtype_named_twice_is_fuzzed_once(tmp_path):
+    result = run_fuzz("check", "impls.numpy_impl:sequence_vs_token_normalization", "--framework", "numpy",
+                      "--dtypes", "float32,float32", "--max-examples", "3", "--json", str(tmp_path / "r.json"))
+    assert result.returncode == 0, result.stderr
+    assert [cell["dtype"] for cell in json.loads((tmp_path / "r.json").read_text())["cells"]] == ["float32"]
+
+
+def test_a_target_with_two_colons_is_explained(tmp_path):
+    write(tmp_path, "targets.py", "raise RuntimeError('must not be imported')\n")
+    result = run_fuzz("check", "targets.py::fn", "--framework", "numpy", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "did you mean 'targets.py:fn'" in result.stderr and "must not be imported" not in result.stderr
+
+
+def test_a_file_target_imports_the_modules_beside_it_from_any_directory(tmp_path):
+    trainer = tmp_path / "my_trainer"
+    trainer.mkdir()
+    write(trainer, "helpers.py", "from impls.numpy_impl import sequence_vs_token_normalization as normalize\n")
+    write(trainer, "loss.py", """
+        import helpers
+
+        def loss(lp, adv, mask):
+            return helpers.normalize(lp, adv, mask)
+    """)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = run_fuzz("check", str(trainer / "loss.py") + ":loss", "--framework", "numpy", "--dtypes", "float32",
+                      "--max-examples", "3", "--jobs", "1", cwd=elsewhere)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_sharded_check_of_a_framework_that_is_missing_exits_2(tmp_path):
+    # A Python where `import torch` fails, as on a machine without it.
+    write(tmp_path, "torch.py", "raise ImportError('No module named torch (simulated)')\n")
+    result = subprocess.run([sys.executable, "-m", "fuzz", "check", "impls.torch_distributed:f", "--sharded", "torch"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "framework torch is unavailable here" in result.stderr and "Traceback" not in result.stderr

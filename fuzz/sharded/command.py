@@ -73,12 +73,19 @@ def campaign_cells(names: list[str], args: argparse.Namespace) -> list[CellResul
 def run_sharded_check(args: argparse.Namespace, default_examples: bool = False) -> list[CellResult]:
     """The cells of a parsed `check --sharded`; raises LoadError when the target does not load.
     `default_examples`: --max-examples was not given, so DEFAULT_EXAMPLES per cell."""
+    from fuzz.cells import available_adapter
     from fuzz.cli import _gradient_examples
 
     if default_examples:
         args.max_examples = DEFAULT_EXAMPLES
-    load_target(args.target)  # here first: a clear LoadError before any rank starts
+    available_adapter("torch" if args.sharded == "torch" else "jax")  # a clear LoadError before any rank starts
+    load_target(args.target)
     tasks = plan(args.target, args.sharded, args, args.max_examples, _gradient_examples(args), builtin=False)
+    if not tasks:
+        from fuzz.cli import no_matching_device
+
+        meshes = {f"{args.sharded} meshes": engine_devices(args.sharded)}
+        raise LoadError(no_matching_device(args.devices or [], meshes))
     return run_sharded_cells(tasks, fail_fast=args.fail_fast)
 
 

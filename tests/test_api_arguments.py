@@ -1,0 +1,79 @@
+"""The Python API refuses bad arguments with an error naming the argument, before any fuzzing, and names what
+it runs as the user wrote it."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fuzz import check
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD = "impls.numpy_impl:sequence_vs_token_normalization"
+
+
+@pytest.mark.parametrize(("arguments", "error", "message"), [
+    ({"gradient_examples": 0}, ValueError, "gradient_examples must be a positive int, got 0"),
+    ({"max_examples": "5"}, TypeError, "max_examples must be a positive int, got str '5'"),
+    ({"max_examples": 0}, ValueError, "max_examples must be a positive int, got 0"),
+    ({"workers": 0}, ValueError, "workers must be a positive int, got 0"),
+    ({"seed": "abc"}, TypeError, "seed must be an int, got str 'abc'"),
+    ({"timeout": -1}, ValueError, "timeout must be a positive number of seconds, got -1"),
+    ({"dtypes": ["float8"]}, ValueError, "dtypes must be a non-empty subset of"),
+    ({"dtypes": []}, ValueError, "dtypes must be a non-empty subset of"),
+    ({"devices": [3]}, TypeError, "devices must be a list of names"),
+    ({"framework": "tensorflow"}, ValueError, "framework must be one of"),
+    ({"precision": "loose"}, ValueError, "precision must be one of"),
+])
+def test_a_bad_argument_is_named(arguments, error, message):
+    with pytest.raises(error, match=message.replace("(", r"\(")):
+        check(GOOD, **{"framework": "numpy", **arguments})
+
+
+def test_fn_must_be_a_function():
+    with pytest.raises(TypeError, match="fn must be a function or a 'module:function' string, got int"):
+        check(42, framework="numpy")
+
+
+def test_dtypes_as_one_string_is_read_as_the_command_line_reads_it():
+    report = check(GOOD, framework="numpy", dtypes="float32,float64,float32", max_examples=2)
+    assert [cell.dtype for cell in report.cells] == ["float32", "float64"] and report.ok
+
+
+def _normalize(token_log_probs, advantages, token_mask):
+    from impls.numpy_impl import sequence_vs_token_normalization
+
+    return sequence_vs_token_normalization(token_log_probs, advantages, token_mask)
+
+
+class _Callable:
+    def __call__(self, token_log_probs, advantages, token_mask):
+        return _normalize(token_log_probs, advantages, token_mask)
+
+
+@pytest.mark.parametrize("fn", [functools.partial(_normalize), _Callable(), lambda *inputs: _normalize(*inputs)],
+                         ids=["partial", "callable-instance", "lambda"])
+def test_workers_name_a_function_they_cannot_import_as_it_is(fn):
+    with pytest.raises(ValueError, match="workers= needs a function importable by its module and name") as raised:
+        check(fn, framework="numpy", workers=1)
+    assert "functools.'" not in str(raised.value) and "is not (" in str(raised.value)
+    assert "partial" in str(raised.value) or "_Callable" in str(raised.value) or "<lambda>" in str(raised.value)
+
+
+def test_a_script_without_a_main_guard_is_told_so_instead_of_failing_its_function(tmp_path):
+    script = tmp_path / "trainer_test.py"
+    script.write_text(textwrap.dedent(f"""
+        from fuzz import check
+
+        report = check({GOOD!r}, framework="numpy", dtypes=["float32"], max_examples=2, workers=1)
+        print("verdict", report.ok)
+    """))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                            cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 1 and "verdict" not in result.stdout, result.stdout + result.stderr
+    assert 'if __name__ == "__main__":' in result.stderr and "before it started" in result.stderr
