@@ -1,8 +1,9 @@
 """`python -m bench`: run the throughput suite under pytest-benchmark, then print the table, write the plot
 and (with --json) the records.
 
-pytest-benchmark's own JSON is kept (OUT/pytest-benchmark.json) and the run is also autosaved to
-.benchmarks/, so two runs compare with `pytest-benchmark compare 0001 0002` (or two JSON paths).
+Everything the run writes goes under the directory it is started from: the --out folder (pytest-benchmark's
+JSON, the plot) and the autosaved runs in .benchmarks/, so two runs compare there with
+`pytest-benchmark compare 0001 0002` (or two JSON paths). Nothing is written next to the installed package.
 """
 
 from __future__ import annotations
@@ -12,80 +13,172 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SUITE = "bench/test_throughput.py"
+from bench.plan import CHOICES, devices_here, parse_names
+
+PACKAGE = Path(__file__).resolve().parent
+ROOT = PACKAGE.parent  # where `bench` imports from: the checkout, or site-packages for an installed copy
+SUITE = PACKAGE / "test_throughput.py"
 
 # (min rounds, max seconds per row, untimed warm-up calls): rounds are many enough for a stable median
 # on a shared machine; --quick trades that for speed.
 TIMING = {"default": (15, 0.5, 3), "quick": (5, 0.1, 2)}
 
+# The suite's pytest settings, given here and read from no config file (`-c os.devnull`). pytest looks for its
+# config upwards from the test file: in the checkout that finds pyproject.toml, but pyproject.toml is not
+# installed, and above an installed copy (a virtualenv made inside some project) it may find another project's,
+# whose addopts and plugins must not change this run.
+PYTEST_SETTINGS = ["-p", "no:cacheprovider", "-ra",
+                   "-W", "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"]
+# pytest.ExitCode.NO_TESTS_COLLECTED, without importing pytest into this process.
+NO_TESTS_COLLECTED = 5
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+
+def _selection(option: str) -> Callable[[str], tuple[str, ...]]:
+    """An argparse type for a selection option: argparse then reports a bad name as `argument --OPTION: ...`."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        try:
+            return parse_names(option, text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
+
+
+def _usable_cpus() -> set[int] | None:
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+
+
+def _ranges(cpus: set[int]) -> str:
+    """0,1,2,3,8 -> "0-3,8": a 256-core machine's list stays one line."""
+    spans: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if spans and cpu == spans[-1][1] + 1:
+            spans[-1][1] = cpu
+        else:
+            spans.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def parse_cpus(text: str) -> set[int]:
+    """CPU ids like "0,1" or "0-3", each one this process may use (its affinity, not the host's cores)."""
+    usable = _usable_cpus()
+    if usable is None:
+        raise argparse.ArgumentTypeError("pinning needs os.sched_setaffinity, which this platform lacks")
+    may_use = f"this process may use CPUs {_ranges(usable)}"
+    cpus: set[int] = set()
+    for part in filter(None, (part.strip() for part in text.split(","))):
+        bounds = part.split("-")
+        if len(bounds) > 2 or not all(bound.isdigit() for bound in bounds) or int(bounds[0]) > int(bounds[-1]):
+            raise argparse.ArgumentTypeError(f"{part!r} is not a CPU id (or a range like 0-3); {may_use}")
+        cpus.update(range(int(bounds[0]), int(bounds[-1]) + 1))
+    if not cpus:
+        raise argparse.ArgumentTypeError(f"no CPU given; {may_use}")
+    if not cpus <= usable:
+        outside = cpus - usable
+        which = f"CPU {_ranges(outside)} is" if len(outside) == 1 else f"CPUs {_ranges(outside)} are"
+        raise argparse.ArgumentTypeError(f"{which} not usable by this process; {may_use}")
+    return cpus
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--implementations", help="comma-separated; default: every available built-in")
-    parser.add_argument("--devices", help="comma-separated from cpu,cuda; default: every device present")
-    parser.add_argument("--dtypes", help="comma-separated; default: float32,bfloat16")
-    parser.add_argument("--sizes", help="comma-separated from small,medium,large,xl; "
+    choices = {option: ",".join(names) for option, names in CHOICES.items()}
+    parser.add_argument("--implementations", type=_selection("implementations"),
+                        help=f"comma-separated from {choices['implementations']}; default: every available one")
+    parser.add_argument("--devices", type=_selection("devices"),
+                        help=f"comma-separated from {choices['devices']}; default: every device present")
+    parser.add_argument("--dtypes", type=_selection("dtypes"),
+                        help=f"comma-separated from {choices['dtypes']}; default: float32,bfloat16")
+    parser.add_argument("--sizes", type=_selection("sizes"), help=f"comma-separated from {choices['sizes']}; "
                         "default: small,medium,large on cpu, and xl too on cuda")
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a rougher, faster run")
     parser.add_argument("--json", type=Path, help="write the records (one per row) to this path")
     parser.add_argument("--out", type=Path, default=Path("out/bench"),
-                        help="where pytest-benchmark's JSON and the plot go (default: out/bench)")
-    parser.add_argument("--no-save", action="store_true", help="do not autosave the run to .benchmarks/")
-    parser.add_argument("--cpus", help="comma-separated CPU ids to pin the run to (e.g. 0): every framework then "
+                        help="where pytest-benchmark's JSON and the plot go (default: out/bench, in the "
+                        "current directory)")
+    parser.add_argument("--no-save", action="store_true",
+                        help="do not autosave the run to .benchmarks/ (in the current directory)")
+    parser.add_argument("--cpus", type=parse_cpus,
+                        help="comma-separated CPU ids or ranges to pin the run to (e.g. 0): every framework then "
                         "sizes its threads to them; steadier numbers on a shared machine")
     parser.add_argument("pytest_args", nargs="*", help="after --: passed on to pytest (e.g. -k torch)")
-    return parser.parse_args(argv)
+    return parser
 
 
-def pytest_command(args: argparse.Namespace, report_json: Path) -> list[str]:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def pytest_command(args: argparse.Namespace, out: Path, storage: Path) -> list[str]:
+    """The pytest run of the suite, with every path absolute: it runs in the user's directory."""
     rounds, max_time, warmup = TIMING["quick" if args.quick else "default"]
     command = [
-        sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", "--benchmark-enable",
-        f"--benchmark-json={report_json}", f"--benchmark-min-rounds={rounds}",
+        sys.executable, "-m", "pytest", str(SUITE), "-q", "-c", os.devnull, f"--rootdir={ROOT}",
+        f"--confcutdir={PACKAGE}", *PYTEST_SETTINGS, "--benchmark-enable", f"--benchmark-storage=file://{storage}",
+        f"--benchmark-json={out / 'pytest-benchmark.json'}", f"--benchmark-min-rounds={rounds}",
         f"--benchmark-max-time={max_time}", "--benchmark-quiet", f"--bench-warmup={warmup}",
+        f"--bench-skipped={out / 'skipped.json'}",
     ]
     if not args.no_save:
         command.append("--benchmark-autosave")
-    for option in ("implementations", "devices", "dtypes", "sizes"):
+    for option in CHOICES:
         if getattr(args, option):
-            command.append(f"--bench-{option}={getattr(args, option)}")
+            command.append(f"--bench-{option}={','.join(getattr(args, option))}")
     return command + list(args.pytest_args)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    from bench.plan import make_plan  # validates the options before anything runs
+def nothing_benchmarked(status: int, skipped_json: Path) -> str:
+    """Why a run timed no row: the selection's skip reasons, and pytest's failure if it failed."""
+    reasons = list(json.loads(skipped_json.read_text()).values()) if skipped_json.exists() else []
+    if status == NO_TESTS_COLLECTED and not reasons:
+        reasons.append("no row was selected (check the options and any -k after --)")
+    elif status not in (0, NO_TESTS_COLLECTED):
+        reasons.append(f"pytest exited {status} (its output is above)")
+    return "; ".join(reasons) or "every row was skipped"
 
-    try:
-        make_plan(args.implementations, args.devices, args.dtypes, args.sizes)
-    except ValueError as error:
-        print(f"python -m bench: {error}", file=sys.stderr)
-        return 2
-    out = args.out if args.out.is_absolute() else ROOT / args.out
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # names, sizes, dtypes and CPUs are checked here: no framework imported yet
+    if args.devices:  # finding a GPU imports the frameworks: seconds, but far less than a run that times nothing
+        here = devices_here(args.devices)
+        missing = [device for device in args.devices if device not in here]
+        if missing:
+            parser.error(f"argument --devices: no {', '.join(missing)} device here; "
+                         f"devices: {', '.join(here) or 'none'}")
+    # The user's directory, not the package's: an installed copy lives in site-packages.
+    cwd = Path.cwd()
+    out = cwd / args.out
     out.mkdir(parents=True, exist_ok=True)
     report_json = out / "pytest-benchmark.json"
-    report_json.unlink(missing_ok=True)
+    skipped_json = out / "skipped.json"
+    for stale in (report_json, skipped_json):
+        stale.unlink(missing_ok=True)
     if args.cpus:  # inherited by pytest; OpenMP, XLA and the NumPy implementation size their threads from it
-        os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
+        os.sched_setaffinity(0, args.cpus)
     load_before = os.getloadavg()[0]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    status = subprocess.run(pytest_command(args, report_json), cwd=ROOT, env=env).returncode
-    if not report_json.exists():  # everything was skipped (pytest says why), or pytest failed early
-        print("python -m bench: nothing was benchmarked", file=sys.stderr)
-        return status
+    # pytest caches its rewritten test modules next to them, in the package's __pycache__.
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    status = subprocess.run(pytest_command(args, out, cwd / ".benchmarks"), env=env).returncode
+    report = json.loads(report_json.read_text()) if report_json.exists() else {}
+    if not report.get("benchmarks"):
+        print(f"python -m bench: nothing was benchmarked: {nothing_benchmarked(status, skipped_json)}",
+              file=sys.stderr)
+        return 1 if status in (0, NO_TESTS_COLLECTED) else status
 
     from bench.records import floor_kernel, records_from_report, write_records
     from bench.report import plot, table
 
-    report = json.loads(report_json.read_text())
     records = records_from_report(report)
     if args.json:
-        write_records(records, args.json)
+        write_records(records, cwd / args.json)
         print(f"records: {args.json}")
     png = plot(records, out / "throughput.png")
     print(f"pytest-benchmark JSON: {report_json}")

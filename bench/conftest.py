@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from bench.plan import make_plan, targets
@@ -17,6 +20,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--bench-dtypes", default=None, help="comma-separated; default: float32,bfloat16")
     group.addoption("--bench-sizes", default=None, help="comma-separated small,medium,large,xl; default per device")
     group.addoption("--bench-warmup", type=int, default=3, help="untimed calls before timing (at least)")
+    group.addoption("--bench-skipped", type=Path, default=None,
+                    help="write what the selection skips, and why, to this JSON file ({what: reason})")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -28,6 +33,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         option("--bench-sizes"),
     )
     found, reasons = targets(plan)
+    # For `python -m bench`, which reports why a run timed nothing without parsing pytest's output.
+    if option("--bench-skipped") is not None:
+        option("--bench-skipped").write_text(json.dumps(reasons, indent=1))
     params = [pytest.param(target.id, id=target.id) for target in found]
     params += [
         pytest.param(None, id=f"{what}-unavailable", marks=pytest.mark.skip(reason=why))

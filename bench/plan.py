@@ -6,13 +6,14 @@ dtype so that each fixed-seed input is built once and shared by every implementa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bench.floor import KERNELS
 from bench.sizes import DEFAULT_DTYPES, DEVICES, SIZES, Size, sizes_for
-from impls import available_implementations, get_implementation, unavailable_implementations
-from impls.dtypes import DTYPE_NAMES
+from impls import BUILTIN_NAMES, available_implementations, get_implementation
 from impls.frameworks import FRAMEWORK_NAMES, load_framework
+from reference.dtypes import DTYPE_NAMES
 
 
 @dataclass(frozen=True)
@@ -50,10 +51,36 @@ class Plan:
     sizes: tuple[str, ...] | None  # None: each device's default sizes
 
 
+# The names each selection option accepts. Listing them imports no framework, so a misspelt name is refused
+# in a fraction of a second rather than after the seconds torch and JAX take to import.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "implementations": BUILTIN_NAMES,
+    "devices": DEVICES,
+    "dtypes": DTYPE_NAMES,
+    "sizes": tuple(SIZES),
+}
+_SINGULAR = {"implementations": "implementation", "devices": "device", "dtypes": "dtype", "sizes": "size"}
+
+
 def split(text: str | None) -> tuple[str, ...] | None:
     if not text:
         return None
     return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def parse_names(option: str, text: str) -> tuple[str, ...]:
+    """The comma-separated names in `text` for the selection `option` ("sizes", ...); raises ValueError naming
+    the unknown ones and the valid choices."""
+    choices = CHOICES[option]
+    what = _SINGULAR[option]
+    names = split(text)
+    if not names:
+        raise ValueError(f"no {what} given; choose from {', '.join(choices)}")
+    unknown = [name for name in names if name not in choices]
+    if unknown:
+        plural = "s" if len(unknown) > 1 else ""
+        raise ValueError(f"unknown {what}{plural} {', '.join(map(repr, unknown))}; choose from {', '.join(choices)}")
+    return names
 
 
 def framework_devices(framework: str) -> tuple[str, ...]:
@@ -63,8 +90,16 @@ def framework_devices(framework: str) -> tuple[str, ...]:
         return ()
 
 
-def devices_here() -> tuple[str, ...]:
-    found = {device for name in FRAMEWORK_NAMES for device in framework_devices(name)}
+def devices_here(wanted: Iterable[str] = DEVICES) -> tuple[str, ...]:
+    """The devices some framework here sees, in DEVICES order. Each framework takes seconds to import, so they
+    are asked one at a time and only until every device in `wanted` has been seen: the answer is complete
+    for the devices of `wanted`, and complete for all devices whenever one of `wanted` is missing."""
+    wanted_here = set(wanted) & set(DEVICES)
+    found: set[str] = set()
+    for name in FRAMEWORK_NAMES:
+        if wanted_here <= found:
+            break
+        found.update(framework_devices(name))
     return tuple(device for device in DEVICES if device in found)
 
 
@@ -72,29 +107,16 @@ def make_plan(
     implementations: str | None = None, devices: str | None = None, dtypes: str | None = None,
     sizes: str | None = None,
 ) -> Plan:
-    names = split(implementations) or tuple(available_implementations())
-    unknown = [name for name in names if name not in _all_names()]
-    if unknown:
-        raise ValueError(f"unknown implementation(s) {', '.join(unknown)}; choose from {', '.join(_all_names())}")
-    wanted_devices = split(devices) or devices_here()
-    for device in wanted_devices:
-        if device not in DEVICES:
-            raise ValueError(f"unknown device {device!r}; choose from {', '.join(DEVICES)}")
-    wanted_dtypes = split(dtypes) or DEFAULT_DTYPES
-    for dtype in wanted_dtypes:
-        if dtype not in DTYPE_NAMES:
-            raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPE_NAMES)}")
-    wanted_sizes = split(sizes)
-    for size in wanted_sizes or ():
-        if size not in SIZES:
-            raise ValueError(f"unknown size {size!r}; choose from {', '.join(SIZES)}")
-    return Plan(names, wanted_devices, wanted_dtypes, wanted_sizes)
-
-
-def _all_names() -> tuple[str, ...]:
-    from impls import BUILTIN_NAMES
-
-    return BUILTIN_NAMES
+    """The plan for these comma-separated selections (None or empty: the default). Every name is checked
+    before the defaults, which import the frameworks, are worked out."""
+    given = {"implementations": implementations, "devices": devices, "dtypes": dtypes, "sizes": sizes}
+    chosen = {option: parse_names(option, text) if text else None for option, text in given.items()}
+    return Plan(
+        chosen["implementations"] or tuple(available_implementations()),
+        chosen["devices"] or devices_here(),
+        chosen["dtypes"] or DEFAULT_DTYPES,
+        chosen["sizes"],
+    )
 
 
 def _ordered(plan: Plan) -> list[tuple[Size, str, str]]:
@@ -110,11 +132,12 @@ def _ordered(plan: Plan) -> list[tuple[Size, str, str]]:
 def targets(plan: Plan) -> tuple[list[Target], dict[str, str]]:
     """Every benchmark that can run here, each (size, dtype, device) group's floor kernels first so
     they run under the same conditions; and why the rest cannot (implementation or device -> reason)."""
-    reasons = {
-        name: f"{name} is unavailable: {why}"
-        for name, why in unavailable_implementations().items()
-        if name in plan.implementations
-    }
+    reasons: dict[str, str] = {}
+    for name in plan.implementations:  # only those asked for: loading one imports its framework
+        try:
+            get_implementation(name)
+        except RuntimeError as error:
+            reasons[name] = str(error)
     runnable = [name for name in plan.implementations if name not in reasons]
     found: list[Target] = []
     for size, dtype, device in _ordered(plan):
@@ -132,5 +155,12 @@ def targets(plan: Plan) -> tuple[list[Target], dict[str, str]]:
             found += group
     for device in plan.devices:
         if not any(target.device == device for target in found):
-            reasons[device] = f"skipped: no {device.upper()} device" if device != "cpu" else "nothing to run"
+            if device not in devices_here((device,)):
+                reasons[device] = f"skipped: no {device.upper()} device"
+            elif not runnable:
+                reasons[device] = f"nothing to run on {device}: no selected implementation is available"
+            else:
+                verb = "is" if len(runnable) == 1 else "are"
+                reasons[device] = (f"nothing to run on {device}: {', '.join(runnable)} {verb} not benchmarked "
+                                   f"on {device} in {', '.join(plan.dtypes)}")
     return found, reasons

@@ -36,19 +36,6 @@ DEVICES: tuple[str, ...] = ("cpu", "cuda")
 DEFAULT_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 
 
-def parse_sizes(text: str) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in SIZES]
-    if unknown:
-        raise ValueError(f"unknown size(s) {', '.join(unknown)}; choose from {', '.join(SIZES)}")
-    return names
-
-
 def sizes_for(device: str, requested: tuple[str, ...] | None) -> tuple[Size, ...]:
     names = requested if requested else DEFAULT_SIZES.get(device, DEFAULT_SIZES["cpu"])
     return tuple(SIZES[name] for name in names)
-
-
-def bytes_moved(batch: int, tokens: int, itemsize: int) -> int:
-    """Bytes one call must touch: log-probs + mask (1 byte per bool) + advantages + the 2 vectors and 1 scalar out."""
-    return batch * tokens * (itemsize + 1) + batch * itemsize + (2 * batch + 1) * itemsize

@@ -17,10 +17,9 @@ import pytest
 from bench.floor import elements_for, kernel_named
 from bench.inputs import make_case, worst_error
 from bench.plan import Target
-from bench.sizes import bytes_moved
 from impls import get_implementation
-from impls.dtypes import numpy_dtype
-from reference import OUTPUT_KEYS
+from reference.contracts import CONTRACT_NAMES, get_contract
+from reference.dtypes import numpy_dtype
 
 MAX_WARMUP_CALLS = 10
 
@@ -36,7 +35,7 @@ def test_throughput(benchmark, target_id: str, warmup_calls: int) -> None:  # ty
 
 def run_implementation(benchmark, target: Target, warmup_calls: int) -> None:  # type: ignore[no-untyped-def]
     impl = get_implementation(target.subject)
-    case = make_case(target.size.batch, target.size.tokens, target.dtype).with_(device=target.device)
+    case = make_case(impl.contract, target.size.batch, target.size.tokens, target.dtype).with_(device=target.device)
     # The framework settings the case needs (JAX's x64 for float64; dynamo's recompile policy while
     # compiling), entered once for the whole row: nothing per call is added to the timed region.
     with impl.adapter.scope(case, compiled=impl.compiled):
@@ -60,8 +59,9 @@ def _time_implementation(benchmark, target: Target, warmup_calls: int, impl, cas
         outputs = call()
         if warm >= warmup_calls and compiled() == before:
             break
-    values = {key: adapter.to_float64(outputs[key]) for key in OUTPUT_KEYS}
-    errors = worst_error(values, size.batch, size.tokens, target.dtype)
+    named = impl.contract.outputs_of(outputs)
+    values = {key: adapter.to_float64(named[key]) for key in impl.contract.output_names}
+    errors = worst_error(values, case)
     assert max(errors.values()) <= 1, f"{target.id} is wrong (err/tol per output: {errors}); not timed"
 
     graphs = compiled()
@@ -75,7 +75,7 @@ def _time_implementation(benchmark, target: Target, warmup_calls: int, impl, cas
         size=size.name,
         batch=size.batch,
         tokens=size.tokens,
-        bytes=bytes_moved(size.batch, size.tokens, numpy_dtype(target.dtype).itemsize),
+        bytes=impl.contract.bytes_moved(case.sizes, numpy_dtype(target.dtype).itemsize),
         warmup_calls=warm,
         worst_error_over_tolerance=max(errors.values()),
     )
@@ -84,7 +84,9 @@ def _time_implementation(benchmark, target: Target, warmup_calls: int, impl, cas
 def run_floor(benchmark, target: Target) -> None:  # type: ignore[no-untyped-def]
     kernel = kernel_named(target.subject)
     size = target.size
-    elements = elements_for(bytes_moved(size.batch, size.tokens, numpy_dtype(target.dtype).itemsize))
+    # the floor reads as many bytes as an implementation of the default contract moves (bench/plan.py groups by it)
+    sizes = {"batch": size.batch, "tokens": size.tokens}
+    elements = elements_for(get_contract(CONTRACT_NAMES[0]).bytes_moved(sizes, numpy_dtype(target.dtype).itemsize))
     call = kernel.prepare(target.device, elements)
     total = 0.0
     for _ in range(2):  # warm-up: jit compilation, first touch of the output

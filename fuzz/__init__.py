@@ -9,7 +9,7 @@ The public API (fuzz/api.py; importing it imports no framework):
 """
 
 from fuzz.api import Failure, Report, as_arrays, check, check_case
-from fuzz.strategies import cases
-from impls.case import Case
+from fuzz.judge.draws import cases
+from reference.case import Case
 
 __all__ = ["Case", "Failure", "Report", "as_arrays", "cases", "check", "check_case"]

@@ -21,22 +21,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fuzz.calls import DEFAULT_TIMEOUT, ThreadWatcher
-from fuzz.campaign import CellResult
-from fuzz.cells import FRAMEWORK_CHOICES, SubjectSpec, function_subject, fuzz_task, plan_cells
-from fuzz.failures import for_terminal
 from fuzz.loader import import_lines_for, load_target
-from fuzz.report import render_matrix
-from impls.case import Case
-from impls.dtypes import DTYPE_NAMES
+from fuzz.report.matrix import render_matrix
+from fuzz.report.results import CellResult
+from fuzz.report.texts import for_terminal
+from fuzz.run.calls import DEFAULT_TIMEOUT, ThreadWatcher
+from fuzz.run.cell import fuzz_task
+from fuzz.run.plan import plan_cells
+from fuzz.run.subjects import FRAMEWORK_CHOICES, MASKED_VALUES, SubjectSpec, declared_contract, function_subject
 from impls.frameworks import check_modes, load_framework
+from reference.case import Case
+from reference.dtypes import DTYPE_NAMES
 from reference.tolerance import CONTRACT, PRECISIONS
 
 
 @dataclass(frozen=True)
 class Failure:
     """One distinct failure of one cell: its kind (the first check that failed: "raised ValueError",
-    "non-finite output", "sequence_summed out of tolerance", "call timed out", ...), its messages, the
+    "non-finite output", "<output> out of tolerance", "call timed out", ...), its messages, the
     minimal case (the labelled draws that made it) and a snippet that reproduces it."""
 
     kind: str
@@ -101,14 +103,27 @@ def check(
     workers: int | None = None,
     fail_fast: bool = False,
     precision: str = CONTRACT.name,
+    reduction: str | None = None,
+    rows: str | None = None,
+    l_max: float | None = None,
+    masked_values: str = "any",
 ) -> Report:
-    """Fuzz `fn(token_log_probs, advantages, token_mask) -> dict` against the exact reference, as
+    """Fuzz `fn`, a function with the contract's signature, against the exact reference, as
     `lossnorm-fuzz check` does. `fn` is a function, or a "package.module:function" / "path.py:function" string.
     `framework`: one of FRAMEWORK_CHOICES (torch, torch-compile, jax: wrapped in jax.jit, numpy, ...).
     `precision`: "contract" (default) or "strict" (docs/tolerance.md). `workers`: None runs in this
     process; N runs the cells in N worker processes (the function must then be importable by its module and
-    name; a crash or hang there fails its cell instead of this process). Raises ValueError for bad
-    arguments and fuzz.loader.LoadError when the function or the framework cannot be loaded."""
+    name; a crash or hang there fails its cell instead of this process).
+
+    The contract: by default the magnitude diagnostic, `fn(token_log_probs, advantages, token_mask) -> dict`;
+    with `reduction` (a mode: "token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm",
+    "seq-mean-token-sum", "token-sum", or an alias such as "grpo", "dr_grpo", "per-sequence"), the loss
+    reduction `fn(token_losses, token_mask) -> loss`, with `rows` ("all" or "nonempty": what D counts) and
+    `l_max` (fixed-length's L_max). `masked_values="finite"`: fn's padding is finite by construction, and the
+    verdict holds under that assumption.
+
+    Raises ValueError for bad arguments and fuzz.loader.LoadError when the function or the framework cannot be
+    loaded."""
     if not (isinstance(fn, str) or callable(fn)):
         raise TypeError(f"fn must be a function or a 'module:function' string, got {type(fn).__name__}")
     if framework not in FRAMEWORK_CHOICES:
@@ -127,28 +142,30 @@ def check(
         raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if masked_values not in MASKED_VALUES:
+        raise ValueError(f"masked_values must be one of {MASKED_VALUES}, got {masked_values!r}")
+    contract, parameters = declared_contract(reduction, rows, l_max)
     spec = (fn if isinstance(fn, str) else _spec_of(fn)) if workers else None
     if isinstance(fn, str):
         target = load_target(fn)
-        subject = function_subject(fn, target.function, framework, target.import_lines, target.function_name,
-                                   precision)
+        name, function, import_lines, function_name = fn, target.function, target.import_lines, target.function_name
     else:
         name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
-        subject = function_subject(name, fn, framework, import_lines_for(fn), getattr(fn, "__name__", "function"),
-                                   precision)
+        function, import_lines, function_name = fn, import_lines_for(fn), getattr(fn, "__name__", "function")
+    subject_spec = SubjectSpec.of(name, framework, contract=contract, parameters=parameters, precision=precision,
+                                  masked_values=masked_values)
+    subject = function_subject(name, function, framework, import_lines, function_name, subject_spec)
     if gradients and not subject.has_gradients:
         raise ValueError(f"gradients=True needs autograd, and {framework} has none")
-    tasks = plan_cells([(SubjectSpec(subject.name, framework, precision), subject.adapter.devices())], list(dtypes),
-                       devices,
-                       max_examples, seed, gradients,
-                       gradient_examples if gradient_examples is not None else max(1, max_examples // 2))
+    tasks = plan_cells([(subject_spec, subject.adapter.devices())], list(dtypes), devices, max_examples, seed,
+                       gradients, gradient_examples if gradient_examples is not None else max(1, max_examples // 2))
     if not tasks:
         raise ValueError(f"none of the devices {list(devices or [])} exists for {framework} here "
                          f"(its devices here: {subject.adapter.devices()})")
     if spec is not None:
-        from fuzz.parallel import run_cells
+        from fuzz.run.workers import run_cells
 
-        tasks = [replace(task, subject=SubjectSpec(spec, framework, precision)) for task in tasks]
+        tasks = [replace(task, subject=replace(subject_spec, name=spec)) for task in tasks]
         return Report(tuple(run_cells(tasks, jobs=workers or 1, fail_fast=fail_fast, timeout=timeout)),
                       tuple(dtypes))
     watcher = ThreadWatcher(timeout)
@@ -200,8 +217,8 @@ def _adapter(framework: str) -> Any:
     return load_framework(modes[framework][0] if framework in modes else framework)
 
 
-def as_arrays(case: Case, framework: str) -> tuple[Any, Any, Any]:
-    """(token_log_probs, advantages, token_mask) of `case` as native arrays of `framework` (torch, jax,
+def as_arrays(case: Case, framework: str) -> tuple[Any, ...]:
+    """The inputs of `case`, in its contract's order, as native arrays of `framework` (torch, jax,
     numpy, ...), in its dtype, on its device, in its layout (NaN / True in the gaps a strided layout skips).
     A float64 case in JAX needs x64 enabled to be used (`jax.enable_x64(True)`)."""
     return _adapter(framework).materialize(case)
@@ -210,7 +227,7 @@ def as_arrays(case: Case, framework: str) -> tuple[Any, Any, Any]:
 def check_case(fn: Callable[..., Any], case: Case, framework: str, precision: str = CONTRACT.name) -> list[str]:
     """What is wrong with fn's answer on `case` (empty when it conforms): output types, dtypes, devices,
     shapes, finiteness, unchanged inputs, and values within the suite's tolerance model."""
-    from fuzz.checks import check_forward
+    from fuzz.judge.forward import check_forward
 
     adapter = _adapter(framework)
     with adapter.scope(case):

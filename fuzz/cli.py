@@ -8,18 +8,36 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from fuzz.calls import DEFAULT_TIMEOUT
-from fuzz.campaign import CellResult
-from fuzz.cells import FRAMEWORK_CHOICES, CellTask, SubjectSpec, build_subject, plan_cells
-from fuzz.loader import LoadError
-from fuzz.parallel import default_jobs, run_cells
-from fuzz.report import render_failures, render_matrix, unwritable_reason, write_json
-from impls.dtypes import DTYPE_NAMES
+from fuzz.loader import LoadError, load_target
+from fuzz.report.files import unwritable_reason, write_json
+from fuzz.report.matrix import render_failures, render_matrix
+from fuzz.report.results import CellResult
+from fuzz.run.calls import DEFAULT_TIMEOUT
+from fuzz.run.plan import CellTask, plan_cells
+from fuzz.run.subjects import (
+    FRAMEWORK_CHOICES,
+    MASKED_VALUES,
+    SubjectSpec,
+    available_adapter,
+    build_subject,
+    declared_contract,
+)
+from fuzz.run.workers import default_jobs, run_cells
+from fuzz.sharded.engines import CHOICES as SHARDED_CHOICES
+from fuzz.sharded.engines import engine_named
+from fuzz.sharded.plan import DEFAULT_EXAMPLES as SHARDED_EXAMPLES
+from fuzz.sharded.plan import plan_sharded_cells
 from impls.frameworks import prepare_process
-from impls.registry import BUILTIN_NAMES, SHARDED_NAMES, get_implementation
+from impls.registry import builtin_names, get_implementation
+from reference.contracts import CONTRACT_NAMES
+from reference.dtypes import DTYPE_NAMES
 from reference.tolerance import CONTRACT, PRECISIONS
 
+# every built-in of every contract, single-process and per-rank, each name once
+ALL_BUILTINS = tuple(dict.fromkeys(name for contract in CONTRACT_NAMES for sharded in (False, True)
+                                   for name in builtin_names(contract, sharded)))
 COUNTEREXAMPLE = 1
 USAGE_ERROR = 2
 INTERNAL_ERROR = 3
@@ -51,6 +69,16 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")  # argparse names the option
+    return value
+
+
+def _positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
     return value
 
 
@@ -96,9 +124,11 @@ DEFAULT_EXAMPLES = 40
 def _add_campaign(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("campaign", help="(the default) fuzz every built-in implementation",
                                    description=CAMPAIGN_HELP)
-    parser.add_argument("--implementations", type=_csv(BUILTIN_NAMES + SHARDED_NAMES, "--implementations"),
-                        default=list(BUILTIN_NAMES + SHARDED_NAMES),
-                        help="comma-separated built-ins (default: all available)")
+    parser.add_argument("--implementations", type=_csv(ALL_BUILTINS, "--implementations"),
+                        default=list(ALL_BUILTINS), help="comma-separated built-ins (default: all available)")
+    parser.add_argument("--contracts", type=_csv(CONTRACT_NAMES, "--contracts"), default=list(CONTRACT_NAMES),
+                        help=f"comma-separated contracts whose built-ins are fuzzed (default: all: "
+                        f"{', '.join(CONTRACT_NAMES)})")
     _common_options(parser, default_examples=DEFAULT_EXAMPLES)
     parser.add_argument("--no-gradients", dest="gradients", action="store_false",
                         help="skip the gradient checks of the differentiable built-ins")
@@ -112,7 +142,7 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
     runs.add_argument("--framework", choices=FRAMEWORK_CHOICES,
                       help="the framework the function takes; torch-compile and jax run it compiled: "
                       "torch.compile(f, fullgraph=True, dynamic=True) / jax.jit(f)")
-    runs.add_argument("--sharded", choices=("torch", "jax"),
+    runs.add_argument("--sharded", choices=SHARDED_CHOICES,
                       help="TARGET is a per-rank function (README, 'Sharded'): run it on torch.distributed "
                       "ranks (gloo; NCCL on CUDA) or under jax.shard_map, on every mesh (instead of --framework)")
     _common_options(parser, default_examples=DEFAULT_EXAMPLES)
@@ -125,6 +155,22 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
                         "the output dtype (docs/tolerance.md)")
     parser.add_argument("--fail-fast", action="store_true",
                         help="stop at the first failing cell to finish instead of filling the whole matrix")
+    declared = parser.add_argument_group(
+        "the contract", "what TARGET computes: by default the magnitude diagnostic, "
+        "fn(token_log_probs, advantages, token_mask) -> dict; with --reduction, a loss reduction, "
+        "fn(token_losses, token_mask) -> loss (README, 'The loss reductions')")
+    declared.add_argument("--reduction", metavar="MODE",
+                          help="the mode TARGET implements: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm, "
+                          "seq-mean-token-sum, token-sum (or per-token, per-sequence, fixed-length; TRL's grpo, "
+                          "bnpo, dr_grpo, dapo)")
+    declared.add_argument("--rows", choices=("all", "nonempty"),
+                          help="what D counts in the seq-* modes: every row (default, the book's 1/B) or the rows "
+                          "with a selected token")
+    declared.add_argument("--l-max", type=_positive_number, metavar="L",
+                          help="L_max of seq-mean-token-sum-norm (fixed-length), a positive constant")
+    declared.add_argument("--masked-values", choices=MASKED_VALUES, default="any",
+                          help="any (default): masked positions hold anything, -inf and NaN included; finite: "
+                          "TARGET's padding is finite by construction (the verdict holds under that assumption)")
     parser.set_defaults(run=check)
 
 
@@ -188,58 +234,108 @@ def no_matching_device(asked: Sequence[str], here: dict[str, Sequence[str]]) -> 
     return f"none of the devices asked for ({', '.join(asked)}) exists here; the devices here are {have}"
 
 
+# The campaign's sharded rows: a few examples per (mesh, dtype) cell, so they add little to the run.
+CAMPAIGN_SHARDED_EXAMPLES = 3
+
+
+def _cost(task: CellTask, compiled: set[str]) -> int:
+    """Which cells start first: compiling ones, then sharded ones (ranks to start), then the rest, so that no
+    worker is left with a long cell at the end."""
+    return 2 if task.subject.name in compiled and task.engine is None else int(task.engine is not None)
+
+
+@dataclass
+class CampaignPlan:
+    """The campaign's cells, and what the report says about the built-ins."""
+
+    tasks: list[CellTask] = field(default_factory=list)
+    subjects: list[tuple[SubjectSpec, tuple[str, ...]]] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)  # why some layouts are n/a, per built-in
+    skipped: dict[str, str] = field(default_factory=dict)  # built-ins that cannot run here, and why
+    compiled: set[str] = field(default_factory=set)
+
+
+def campaign_plan(args: argparse.Namespace) -> CampaignPlan:
+    """Every cell of the campaign: each built-in asked for on every device it has, and a sharded row per mesh for
+    the per-rank built-ins."""
+    plan = CampaignPlan()
+    gradient_examples = _gradient_examples(args)
+    sharded = []
+    for contract in args.contracts:
+        for name in args.implementations:
+            if name not in builtin_names(contract) + builtin_names(contract, sharded=True):
+                continue
+            try:
+                impl = get_implementation(name, contract)
+            except RuntimeError as error:
+                plan.skipped[name] = str(error)
+                continue
+            spec = SubjectSpec(name, contract=contract)
+            examples = min(args.max_examples, CAMPAIGN_SHARDED_EXAMPLES)
+            for engine in impl.engines:  # a sharded row per mesh
+                sharded += plan_sharded_cells(spec, engine, args.dtypes, args.devices, examples, args.seed,
+                                              args.gradients and engine_named(engine).gradients, examples)
+            if impl.sharded:  # a per-rank function has sharded rows only
+                continue
+            plan.subjects.append((spec, impl.devices))
+            if impl.compiled:
+                plan.compiled.add(name)
+            if impl.adapter.layouts_note:
+                plan.notes[name] = impl.adapter.layouts_note
+    plan.tasks = plan_cells(plan.subjects, args.dtypes, args.devices, args.max_examples, args.seed, args.gradients,
+                            gradient_examples) + sharded
+    return plan
+
+
 def campaign(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    subjects, notes, skipped, compiled, sharded = [], {}, {}, set(), []
-    for name in args.implementations:
-        try:
-            impl = get_implementation(name)
-        except RuntimeError as error:
-            skipped[name] = str(error)
-            continue
-        if impl.sharded:  # per-rank functions: fuzz/sharded/ runs their rows, after the others
-            sharded.append(name)
-            continue
-        subjects.append((SubjectSpec(name), impl.devices))
-        if impl.compiled:
-            compiled.add(name)
-        if impl.adapter.layouts_note:
-            notes[name] = impl.adapter.layouts_note
-    for name, reason in skipped.items():
+    plan = campaign_plan(args)
+    for name, reason in plan.skipped.items():
         print(f"skipped {name}: {reason}", file=sys.stderr)
-    print(f"Fuzzing {len(subjects)} implementation(s), {args.max_examples} examples per cell, seed {args.seed}, "
-          f"{args.jobs} worker(s)", file=sys.stderr)
-    tasks = plan_cells(subjects, args.dtypes, args.devices, args.max_examples, args.seed, args.gradients,
-                       _gradient_examples(args))
-    if not subjects and not sharded:
-        print("error: no implementation asked for is available here", file=sys.stderr)
+    if not plan.tasks:
+        here = {spec.name: devices for spec, devices in plan.subjects}
+        reason = (no_matching_device(args.devices or [], here) if here
+                  else "no implementation asked for is available here")
+        print(f"error: {reason}", file=sys.stderr)
         return USAGE_ERROR
-    if args.devices is not None and not tasks and not sharded:
-        here = {spec.name: devices for spec, devices in subjects}
-        print(f"error: {no_matching_device(args.devices, here)}", file=sys.stderr)
-        return USAGE_ERROR
-    results = run_cells(tasks, jobs=args.jobs, timeout=args.timeout,
-                        priority=lambda task: task.subject.name in compiled)
-    if sharded:
-        from fuzz.sharded.command import campaign_cells
-
-        results += campaign_cells(sharded, args)
+    print(f"Fuzzing {len(plan.subjects)} implementation(s) in {len(plan.tasks)} cells, {args.max_examples} examples "
+          f"per cell, seed {args.seed}, {args.jobs} worker(s)", file=sys.stderr)
+    results = run_cells(plan.tasks, jobs=args.jobs, timeout=args.timeout,
+                        priority=lambda task: _cost(task, plan.compiled))
     elapsed = time.perf_counter() - started
     print(f"\nConformance matrix ({elapsed:.0f} s)")
-    return _finish(results, args, notes, {"command": "campaign", "seconds": elapsed, "skipped": skipped,
-                                          "seed": args.seed, "max_examples": args.max_examples})
+    return _finish(results, args, plan.notes, {"command": "campaign", "seconds": elapsed, "skipped": plan.skipped,
+                                               "seed": args.seed, "max_examples": args.max_examples})
+
+
+def check_spec(args: argparse.Namespace, framework: str) -> SubjectSpec:
+    """The subject a parsed `check` names: TARGET, its framework, precision, contract and declared domain."""
+    contract, parameters = declared_contract(args.reduction, args.rows, args.l_max)
+    return SubjectSpec.of(args.target, framework, contract=contract, parameters=parameters, precision=args.precision,
+                          masked_values=args.masked_values)
 
 
 def check_tasks(args: argparse.Namespace) -> list[CellTask]:
-    """The cells of one `check`: every device of the framework (or --devices), every dtype asked for.
-    Raises LoadError when the target does not load."""
-    spec = SubjectSpec(args.target, args.framework, args.precision)
-    devices = build_subject(spec).adapter.devices()
-    gradient_examples = _gradient_examples(args)  # resolves the default --max-examples too
-    tasks = plan_cells([(spec, devices)], args.dtypes, args.devices, args.max_examples, args.seed,
-                       args.gradients, gradient_examples)
+    """The cells of one `check`: every device of the framework (or --devices), every dtype asked for; with
+    --sharded, every mesh of the engine too. Raises LoadError when the target does not load."""
+    if args.sharded:
+        if args.max_examples is None:
+            args.max_examples = SHARDED_EXAMPLES
+        engine = engine_named(args.sharded)
+        available_adapter(engine.framework)  # a clear LoadError before any rank starts
+        load_target(args.target)
+        spec = check_spec(args, engine.framework)
+        tasks = plan_sharded_cells(spec, engine.name, args.dtypes, args.devices, args.max_examples, args.seed,
+                                   args.gradients, _gradient_examples(args))
+        devices = engine.devices()
+    else:
+        spec = check_spec(args, args.framework)
+        devices = build_subject(spec).adapter.devices()
+        gradient_examples = _gradient_examples(args)  # resolves the default --max-examples too
+        tasks = plan_cells([(spec, devices)], args.dtypes, args.devices, args.max_examples, args.seed,
+                           args.gradients, gradient_examples)
     if not tasks:
-        raise LoadError(no_matching_device(args.devices or [], {args.framework: devices}))
+        raise LoadError(no_matching_device(args.devices or [], {args.sharded or args.framework: devices}))
     return tasks
 
 
@@ -249,25 +345,32 @@ def run_check(args: argparse.Namespace) -> list[CellResult]:
 
 
 def check(args: argparse.Namespace) -> int:
-    if args.sharded:
-        from fuzz.sharded.command import sharded_check
-
-        return sharded_check(args, default_examples=args.max_examples is None)
+    try:
+        declared_contract(args.reduction, args.rows, args.l_max)
+    except ValueError as error:  # a declared parameter that is wrong, or one that needs another (--l-max)
+        print(f"error: {error}", file=sys.stderr)
+        return USAGE_ERROR
     try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
-        adapter = build_subject(SubjectSpec(args.target, args.framework, args.precision)).adapter
-        if args.gradients and not adapter.differentiable:
-            print(f"error: --gradients needs autograd, and {args.framework} has none", file=sys.stderr)
-            return 2
+        if not args.sharded:
+            adapter = build_subject(check_spec(args, args.framework)).adapter
+            if args.gradients and not adapter.differentiable:
+                print(f"error: --gradients needs autograd, and {args.framework} has none", file=sys.stderr)
+                return USAGE_ERROR
         started = time.perf_counter()
         results = run_check(args)
     except LoadError as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
     elapsed = time.perf_counter() - started
-    print(f"\n{args.target} ({args.framework}), {elapsed:.0f} s")
-    notes = {args.target: adapter.layouts_note} if adapter.layouts_note else {}
-    return _finish(results, args, notes, {"command": "check", "target": args.target,
-                                          "framework": args.framework, "seconds": elapsed, "seed": args.seed})
+    how = f"sharded over {args.sharded} meshes" if args.sharded else args.framework
+    contract = check_spec(args, args.framework or "").bound_contract
+    assumed = "; masked values assumed finite" if args.masked_values == "finite" else ""
+    print(f"\n{args.target} ({how}; {contract.label}{assumed}), {elapsed:.0f} s")
+    notes = {} if args.sharded or not adapter.layouts_note else {args.target: adapter.layouts_note}
+    meta = {"command": "check", "target": args.target, "seconds": elapsed, "seed": args.seed,
+            "contract": contract.label, "masked_values": args.masked_values,
+            **({"sharded": args.sharded} if args.sharded else {"framework": args.framework})}
+    return _finish(results, args, notes, meta)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,5 @@
 """Implementations of the function, and the registry that loads their frameworks lazily."""
 
-from impls.case import Case
 from impls.registry import (
     BUILTIN_NAMES,
     SHARDED_NAMES,
@@ -9,6 +8,7 @@ from impls.registry import (
     get_implementation,
     unavailable_implementations,
 )
+from reference.case import Case
 
 __all__ = [
     "BUILTIN_NAMES",

@@ -27,6 +27,7 @@ from typing import Any
 import array_api_compat
 
 from impls.validation import ArrayInfo, validate_inputs
+from reference.magnitude import CONTRACT as MAGNITUDE
 
 # What the error messages call an acceptable input: any array of a library that follows the standard.
 KIND = "array_api_strict.Array or any other Array API array"
@@ -64,7 +65,7 @@ def _same_library(token_log_probs: Any, advantages: Any, token_mask: Any) -> Non
 def sequence_vs_token_normalization(token_log_probs: Any, advantages: Any, token_mask: Any) -> dict[str, Any]:
     """The contract's three outputs for arrays of any Array API library, in its dtype, on its device."""
     _same_library(token_log_probs, advantages, token_mask)
-    validate_inputs(token_log_probs, advantages, token_mask, describe=_describe, kind=KIND, noun="array")
+    validate_inputs(MAGNITUDE, (token_log_probs, advantages, token_mask), describe=_describe, kind=KIND, noun="array")
     xp = array_api_compat.array_namespace(token_log_probs, advantages, token_mask)
     device = array_api_compat.device(token_log_probs)
     out_dtype = token_log_probs.dtype

@@ -16,6 +16,7 @@ import numpy as np
 from jax import lax
 
 from impls.validation import ArrayInfo, validate_inputs
+from reference.magnitude import CONTRACT as MAGNITUDE
 
 
 def device_name(array: jax.Array) -> str | None:
@@ -157,6 +158,6 @@ def sequence_vs_token_normalization(
     token_log_probs: jax.Array, advantages: jax.Array, token_mask: jax.Array
 ) -> dict[str, jax.Array]:
     validate_inputs(
-        token_log_probs, advantages, token_mask, describe=_describe, kind="jax.Array", noun="array"
+        MAGNITUDE, (token_log_probs, advantages, token_mask), describe=_describe, kind="jax.Array", noun="array"
     )
     return compiled_normalize(token_log_probs, advantages, token_mask)

@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from impls.cores import usable_cores
-from impls.dtypes import dtype_name, numpy_dtype
 from impls.validation import ArrayInfo, validate_inputs
+from reference.dtypes import dtype_name, numpy_dtype
+from reference.magnitude import CONTRACT as MAGNITUDE
 
 
 def _describe(value: object) -> ArrayInfo | None:
@@ -133,6 +134,6 @@ def sequence_vs_token_normalization(
     token_log_probs: np.ndarray, advantages: np.ndarray, token_mask: np.ndarray
 ) -> dict[str, np.ndarray]:
     validate_inputs(
-        token_log_probs, advantages, token_mask, describe=_describe, kind="numpy.ndarray", noun="array"
+        MAGNITUDE, (token_log_probs, advantages, token_mask), describe=_describe, kind="numpy.ndarray", noun="array"
     )
     return normalize(token_log_probs, advantages, token_mask)

@@ -27,16 +27,17 @@ import torch._dynamo
 
 from impls.torch_eager import EXACT_FLOAT32_COUNT, validate, weights_and_ratio
 
-# The contract's arguments (token_log_probs, advantages, token_mask) and the size each dimension holds.
-CONTRACT_DIMENSIONS = (("batch", "tokens"), ("batch",), ("batch", "tokens"))
+# The dimensions of normalize's tensor arguments (log-probs, advantages, mask bytes).
+DIMENSIONS = (("batch", "tokens"), ("batch",), ("batch", "tokens"))
 # Inductor reads an unbacked size's hint to plan its kernels; without one it sees memory traffic of size 0,
 # and so never fuses the sum and the count into one pass over the inputs (twice as slow). Only the plan
 # depends on it: the kernels are correct for every size. Typical RL shapes.
 SIZE_HINTS = {"batch": 1024, "tokens": 4096}
 
 
-def compile_with_unbacked_sizes(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`torch.compile(fn, fullgraph=True, dynamic=True)`, called with every size marked unbacked.
+def compile_with_unbacked_sizes(fn: Callable[..., Any], dimensions: tuple[tuple[str, ...], ...]) -> Callable[..., Any]:
+    """`torch.compile(fn, fullgraph=True, dynamic=True)`, called with every size marked unbacked: `dimensions`
+    names the dimensions of its leading tensor arguments ("batch", "tokens").
 
     Sizes of the same name (every `batch`, every `tokens`) share one symbol, with a fixed hint. The marks are
     Python attributes on the tensor objects; they are removed after the call, so the caller's tensors come
@@ -47,7 +48,7 @@ def compile_with_unbacked_sizes(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def call(*arguments: Any) -> Any:
         marked = []
-        for tensor, names in zip(arguments, CONTRACT_DIMENSIONS):  # the contract's three tensors come first
+        for tensor, names in zip(arguments, dimensions):
             before = set(tensor.__dict__)
             for dim, name in enumerate(names[: tensor.dim()]):
                 torch._dynamo.decorators.mark_unbacked(tensor, dim, hint_override=SIZE_HINTS[name], shape_id=name)
@@ -78,21 +79,22 @@ def _variant(tensors: tuple[Any, ...]) -> tuple[Hashable, ...]:
     return first.dtype, first.device.type, grads
 
 
-def compile_per_variant(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`compile_with_unbacked_sizes(fn)`, compiled separately for each (dtype, device, autograd) variant of its
-    tensor arguments, so that no code object sees more recompiles than its layouts cause (see the module
-    docstring). The lookup is a dict access per call."""
-    compiled: dict[Hashable, Callable[..., Any]] = {}
+def compile_per_variant(fn: Callable[..., Any], dimensions: tuple[tuple[str, ...], ...]) -> Callable[..., Any]:
+    """`compile_with_unbacked_sizes(fn, dimensions)`, compiled separately for each (dtype, device, autograd)
+    variant of its tensor arguments, so that no code object sees more recompiles than its layouts cause (see the
+    module docstring). The lookup is a dict access per call."""
+    compiled: dict[Hashable, tuple[Callable[..., Any], Callable[..., Any]]] = {}  # key -> (copy of fn, compiled)
 
     @functools.wraps(fn)
     def call(*arguments: Any) -> Any:
         key = _variant(arguments)
         if key not in compiled:
             suffix = "_".join(str(part).removeprefix("torch.") for part in key[:2]) + ("_grad" if key[2] else "")
-            compiled[key] = compile_with_unbacked_sizes(_code_copy(fn, f"{suffix}{len(compiled)}"))
-        return compiled[key](*arguments)
+            copy = _code_copy(fn, f"{suffix}{len(compiled)}")
+            compiled[key] = copy, compile_with_unbacked_sizes(copy, dimensions)
+        return compiled[key][1](*arguments)
 
-    call.variants = compiled  # type: ignore[attr-defined]  (tests read the compiled copies)
+    call.variants = compiled  # type: ignore[attr-defined]  (each variant's copy of fn: its code holds the graphs)
     return call
 
 
@@ -108,7 +110,7 @@ def normalize(
     return weights_and_ratio(token_log_probs.dtype, advantages, selected_sums, counts)
 
 
-compiled_normalize = compile_per_variant(normalize)
+compiled_normalize = compile_per_variant(normalize, DIMENSIONS)
 
 
 def count_dtype_for(token_log_probs: torch.Tensor) -> torch.dtype:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from impls.validation import ArrayInfo, validate_inputs
+from reference.magnitude import CONTRACT as MAGNITUDE
 
 
 def _describe(value: object) -> ArrayInfo | None:
@@ -28,7 +29,7 @@ def _describe(value: object) -> ArrayInfo | None:
 
 
 def validate(token_log_probs: torch.Tensor, advantages: torch.Tensor, token_mask: torch.Tensor) -> None:
-    validate_inputs(token_log_probs, advantages, token_mask, describe=_describe, kind="torch.Tensor")
+    validate_inputs(MAGNITUDE, (token_log_probs, advantages, token_mask), describe=_describe, kind="torch.Tensor")
 
 
 # Eager: rows per step of about this many elements, so each step's temporaries stay in cache.
@@ -37,7 +38,7 @@ CHUNK_ELEMENTS = 1 << 19
 EXACT_FLOAT32_COUNT = 1 << 24
 
 
-def _selected_sums_and_counts(
+def selected_sums_and_counts(
     token_log_probs: torch.Tensor, token_mask: torch.Tensor, accumulate: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row sums of the selected log-probs and counts of selected tokens, eagerly, a chunk of rows
@@ -53,7 +54,9 @@ def _selected_sums_and_counts(
     rows = max(1, CHUNK_ELEMENTS // max(tokens, 1))
     mask_bytes = token_mask.view(torch.uint8)
     sums, counts = [], []
-    for start in range(0, batch, rows):
+    # batch 0 runs one (empty) step too: a fresh zeros tensor instead would cut the graph, and the outputs would
+    # carry no gradient to token_log_probs (DDP waits forever for a gradient that never comes)
+    for start in range(0, max(batch, 1), rows):
         selected = mask_bytes[start : start + rows].to(accumulate)
         products = token_log_probs[start : start + rows].to(accumulate) * selected
         sums.append(torch.nansum(products, dim=-1))
@@ -61,8 +64,6 @@ def _selected_sums_and_counts(
             counts.append(selected.sum(dim=-1))
         else:
             counts.append(token_mask[start : start + rows].sum(dim=-1))
-    if not sums:  # batch 0
-        return token_log_probs.new_zeros(0, dtype=accumulate), token_mask.new_zeros(0, dtype=torch.int64)
     return torch.cat(sums), torch.cat(counts)
 
 
@@ -76,7 +77,7 @@ def normalize(
         selected_sums = torch.where(token_mask, token_log_probs, 0).sum(dim=-1, dtype=accumulate)
         counts = token_mask.sum(dim=-1)  # int64: exact for any length
     else:
-        selected_sums, counts = _selected_sums_and_counts(token_log_probs, token_mask, accumulate)
+        selected_sums, counts = selected_sums_and_counts(token_log_probs, token_mask, accumulate)
     return weights_and_ratio(token_log_probs.dtype, advantages, selected_sums, counts)
 
 

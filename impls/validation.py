@@ -3,10 +3,11 @@ a pass over the data, so it costs nothing in the hot path and never syncs a devi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from impls.dtypes import DTYPE_NAMES
+from reference.contract import Contract
+from reference.dtypes import DTYPE_NAMES
 
 
 @dataclass(frozen=True)
@@ -30,34 +31,33 @@ def _expect(name: str, info: ArrayInfo, dtype: str, shape: tuple[int, ...], noun
 
 
 def validate_inputs(
-    token_log_probs: object,
-    advantages: object,
-    token_mask: object,
+    contract: Contract,
+    arrays: Sequence[object],
     *,
     describe: Callable[[object], ArrayInfo | None],
     kind: str,
     noun: str = "tensor",
     dtypes: tuple[str, ...] = DTYPE_NAMES,
 ) -> None:
-    """Raise TypeError/ValueError naming the argument and what was expected.
+    """Raise TypeError/ValueError naming the argument and what was expected, for `arrays` given in the order of
+    `contract`'s inputs: the first sets the dtype, the sizes of its dimensions and the device.
 
     `describe` returns the metadata of one of the framework's arrays, or None for anything else;
     `kind` names the array type in messages ("torch.Tensor"), `noun` the word for it ("tensor").
     """
-    log_probs = _described("token_log_probs", token_log_probs, describe, kind)
-    if log_probs.dtype not in dtypes:
-        raise TypeError(
-            f"token_log_probs must be a floating {noun} of dtype {', '.join(dtypes)}, got {log_probs.dtype}"
-        )
-    if len(log_probs.shape) != 2:
-        raise ValueError(f"token_log_probs must be a 2-D (batch, tokens) {noun}, got shape {log_probs.shape}")
-    batch, tokens = log_probs.shape
-    adv = _described("advantages", advantages, describe, kind)
-    _expect("advantages", adv, log_probs.dtype, (batch,), noun)
-    mask = _described("token_mask", token_mask, describe, kind)
-    _expect("token_mask", mask, "bool", (batch, tokens), noun)
-    for name, info in (("advantages", adv), ("token_mask", mask)):
-        if None not in (info.device, log_probs.device) and info.device != log_probs.device:
-            raise ValueError(
-                f"{name} must be on the device of token_log_probs ({log_probs.device}), got {info.device}"
-            )
+    first_spec, *others = contract.inputs
+    first = _described(first_spec.name, arrays[0], describe, kind)
+    if first.dtype not in dtypes:
+        raise TypeError(f"{first_spec.name} must be a floating {noun} of dtype {', '.join(dtypes)}, got {first.dtype}")
+    if len(first.shape) != len(first_spec.dims):
+        dims = ", ".join(first_spec.dims)
+        raise ValueError(f"{first_spec.name} must be a {len(first_spec.dims)}-D ({dims}) {noun}, "
+                         f"got shape {first.shape}")
+    sizes = dict(zip(first_spec.dims, first.shape))
+    for spec, value in zip(others, arrays[1:]):
+        info = _described(spec.name, value, describe, kind)
+        _expect(spec.name, info, "bool" if spec.kind == "bool" else first.dtype,
+                tuple(sizes[dim] for dim in spec.dims), noun)
+        if None not in (info.device, first.device) and info.device != first.device:
+            raise ValueError(f"{spec.name} must be on the device of {first_spec.name} ({first.device}), "
+                             f"got {info.device}")

@@ -8,13 +8,11 @@ import numpy as np
 import pytest
 
 from fuzz import check
-from fuzz.snippet import render_snippet
+from fuzz.report.snippet import SnippetSource, snippet_for
 from impls import get_implementation
 from impls.array_api_impl import sequence_vs_token_normalization
-from impls.case import Case
 from impls.frameworks import load_framework
-from reference import reference
-from reference.tolerance import tolerance
+from reference.case import Case
 
 pytest.importorskip("array_api_strict")
 pytest.importorskip("array_api_compat")
@@ -33,9 +31,7 @@ def test_snippet_rebuilds_the_fuzzers_inputs(shape, dtype):
     """Empty arrays too: the standard's arrays have no `.reshape` method, so the snippet uses `xp.reshape`."""
     case = _case(shape, dtype)
     adapter = load_framework("array-api")
-    expected = reference(case.token_log_probs, case.advantages, case.token_mask)
-    snippet = render_snippet(case=case, framework="array-api", import_lines=(), function_name="recorded", wrap=None,
-                             expected=expected, tol=tolerance(expected, case.dtype), failures=["something failed"])
+    snippet = snippet_for(SnippetSource("recorded", "array-api", (), "recorded", None, ()), case, ["something failed"])
     seen = []
 
     def recorded(*inputs):

@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import impls
-from fuzz.campaign import check_example
-from fuzz.cells import subject_for
-from fuzz.strategies import draw_case
-from impls.dtypes import DTYPE_NAMES
+from fuzz.judge.draws import draw_case
+from fuzz.judge.example import check_example
+from fuzz.run.subjects import subject_for
+from reference.dtypes import DTYPE_NAMES
 
 TINY_BLOCKS = {
     "numpy": [("impls.numpy_impl", "BLOCK_ELEMENTS", 4), ("impls.numpy_impl", "THREADED_ELEMENTS", 1)],

@@ -29,8 +29,8 @@ def write(tmp_path, name, source):
     [
         ("does/not/exist.py:f", "does/not/exist.py: no such file"),
         ("no_such_module_xyz:f", "cannot import module 'no_such_module_xyz'"),
-        ("impls.dtypes:DTYPE_NAMES", "impls.dtypes:DTYPE_NAMES is a tuple, not a function"),
-        ("impls.dtypes:nothing_here", "impls.dtypes has no attribute 'nothing_here'"),
+        ("reference.dtypes:DTYPE_NAMES", "reference.dtypes:DTYPE_NAMES is a tuple, not a function"),
+        ("reference.dtypes:nothing_here", "reference.dtypes has no attribute 'nothing_here'"),
         ("justaname", "TARGET must look like package.module:function"),
     ],
 )
@@ -245,7 +245,7 @@ def test_a_read_only_working_directory_is_refused_for_a_relative_report_path(tmp
 
 
 def test_the_report_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
-    from fuzz.report import write_atomically
+    from fuzz.report.files import write_atomically
 
     path = tmp_path / "r.json"
     path.write_text("old")

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from fuzz import check
-from fuzz.gradients import GRADIENT_OVERFLOW
+from fuzz.judge.gradients import GRADIENT_OVERFLOW
+from fuzz.judge.verdict import FORWARD_OVERFLOW
 from impls.frameworks import FRAMEWORK_NAMES, adapter_class, check_modes
-from tests.corpus_entries import FUNCTION, corpus_entries
+from tests.corpus_entries import CORPUS, FUNCTION, check_options, corpus_entries
 
 # Every `check --framework` choice, from the adapters (torch, torch-compile, jax, numpy, array-api, ...)
 FRAMEWORKS = set(check_modes())
@@ -26,6 +27,7 @@ def _adapter_name(framework: str) -> str:
 
 
 ENTRIES = corpus_entries()
+REDUCTIONS = corpus_entries(CORPUS / "reductions")  # the loss reduction's bug classes and correct rewrites
 # 10x the default budget (40 forward, 20 gradient examples per cell): no correct formulation may sit so near
 # the tolerance that a longer run would flag it. On the default device only: a second device ("cpu:1" in
 # JAX) tests where outputs land, not precision, and tests/test_devices.py covers it.
@@ -38,11 +40,12 @@ def _param(path: Path, meta: dict[str, str]):
     return pytest.param(path, meta, id=path.stem, marks=[pytest.mark.long] if meta.get("EXPECT") == "accept" else [])
 
 
-def _run_check(path: Path, framework: str, **options):
-    """What `check PATH:loss_normalization --framework F` does, with its defaults (40 forward and 20 gradient
-    examples per cell, seed 0), through the Python API in this process: pytest-xdist already spreads the tests
-    over the cores, and a worker process per check would import the frameworks again each time."""
-    return list(check(f"{path}:{FUNCTION}", framework=framework, **options).cells)
+def _run_check(path: Path, framework: str, meta: dict, **options):
+    """What `check PATH:loss_normalization --framework F` (and the file's declared contract) does, with its
+    defaults (40 forward and 20 gradient examples per cell, seed 0), through the Python API in this process:
+    pytest-xdist already spreads the tests over the cores, and a worker process per check would import the
+    frameworks again each time."""
+    return list(check(f"{path}:{FUNCTION}", framework=framework, **check_options(meta), **options).cells)
 
 
 def _assert_snippet_fails_on_its_own(snippet: str, cwd: Path) -> None:
@@ -60,23 +63,34 @@ def test_the_corpus_is_as_large_as_promised():
     assert frameworks_with_bugs == set(FRAMEWORK_NAMES)  # every framework, the Array API included
 
 
-@pytest.mark.parametrize(("path", "meta"), [_param(path, meta) for path, meta in ENTRIES])
+def test_the_reduction_corpus_has_every_bug_class_and_correct_rewrites():
+    kinds = [meta.get("EXPECT") for _, meta in REDUCTIONS]
+    assert all(meta.get("CONTRACT") == "reduction" and meta.get("REDUCTION") for _, meta in REDUCTIONS), REDUCTIONS
+    assert kinds.count("reject") >= 12 and kinds.count("accept") >= 7
+
+
+@pytest.mark.parametrize(("path", "meta"), [_param(path, meta) for path, meta in ENTRIES + REDUCTIONS])
 def test_check_tells_bugs_from_correct_code(path, meta, tmp_path, record_property):
     framework, expect = meta["FRAMEWORK"], meta["EXPECT"]
     differentiable = adapter_class(_adapter_name(framework)).differentiable  # numpy and array-api: no autograd
     # Bugs: stop at the first failing cell (--fail-fast); correct code: the whole default budget.
     if expect == "reject":
-        cells = _run_check(path, framework, fail_fast=True)
+        cells = _run_check(path, framework, meta, fail_fast=True)
         assert any(not cell.ok for cell in cells), f"{path.name}: no counterexample found"
         failing = next(cell for cell in cells if not cell.ok)
-        assert failing.snippet and "token_log_probs =" in failing.snippet
+        assert failing.snippet and "= " in failing.snippet and "assert not problems" in failing.snippet
         _assert_snippet_fails_on_its_own(failing.snippet, tmp_path)
+        if meta.get("EXPLAINS"):  # the report names the bug in the contract's terms
+            explained = [failure for cell in cells for failure in cell.failures if meta["EXPLAINS"] in failure]
+            assert explained, f"{path.name}: no failure says {meta['EXPLAINS']!r}: {failing.failures}"
     elif expect == "accept":
-        cells = _run_check(path, framework, gradients=differentiable, **ACCEPT_BUDGET)
-        # A half-precision backward that overflows is the dtype's limit, not a bug of the formula: it is reported
-        # as an overflow (with the advice to compute the ratio in float32), the one failure correct code may show.
+        cells = _run_check(path, framework, meta, gradients=differentiable, **ACCEPT_BUDGET)
+        # A half-precision value that overflows (a backward's N / D^2, a row sum kept in float16) is the dtype's
+        # limit, not a bug of the formula: it is reported as an overflow with the advice to keep it in float32, the
+        # one failure correct code may show.
+        overflows = (GRADIENT_OVERFLOW, FORWARD_OVERFLOW)
         failures = [(c.dtype, c.check, c.failures, c.traceback) for c in cells
-                    if c.problems or any(bug.kind != GRADIENT_OVERFLOW for bug in c.bugs)]
+                    if c.problems or any(bug.kind not in overflows for bug in c.bugs)]
         assert not failures, f"{path.name} is correct but was rejected: {failures}"
         # How near the edge correct code came, kept in the JUnit report (`--junitxml`), over the cells without
         # an overflow (an overflow's err/tol is infinite, and it is reported as what it is above).
@@ -84,7 +98,7 @@ def test_check_tells_bugs_from_correct_code(path, meta, tmp_path, record_propert
             record_property(f"worst_err_tol_{check_kind}", max(
                 (c.worst for c in cells if c.check == check_kind and c.applicable and c.ok), default=0.0))
     elif expect == "reject-gradients":
-        cells = _run_check(path, framework, gradients=True, fail_fast=True)  # all forward cells come first
+        cells = _run_check(path, framework, meta, gradients=True, fail_fast=True)  # all forward cells come first
         forward = [cell for cell in cells if cell.check == "forward"]
         assert len(forward) == 4 and all(cell.ok for cell in forward), [c.failures for c in forward if not c.ok]
         failing = [cell for cell in cells if cell.check == "gradients" and not cell.ok]

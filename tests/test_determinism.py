@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from fuzz.cli import check_parser, run_check
-from fuzz.report import render_matrix
+from fuzz.report.matrix import render_matrix
 
 SHUFFLED_SUM = """
     import numpy as np

@@ -40,7 +40,7 @@ def test_an_output_moved_to_the_default_device_is_caught_on_the_second_one(tmp_p
     import numpy as np
 
     from fuzz.api import check_case
-    from impls.case import Case
+    from reference.case import Case
 
     path = tmp_path / "moves.py"
     path.write_text(textwrap.dedent(MOVES_THE_RATIO))
@@ -60,8 +60,8 @@ def test_a_snippet_of_a_second_device_case_asks_for_that_device_first():
 
     import numpy as np
 
-    from impls.case import Case
     from impls.frameworks import adapter_class
+    from reference.case import Case
 
     case = Case(np.array([[-1.0]]), np.array([1.0]), np.ones((1, 1), bool), device="cpu:1")
     syntax = adapter_class("jax").snippet_syntax(case)

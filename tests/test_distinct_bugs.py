@@ -12,12 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fuzz.campaign import Subject
 from fuzz.cli import check_parser, run_check
-from fuzz.gradients import GRADIENT_OVERFLOW, check_gradients
-from impls.case import Case
-from impls.dtypes import round_to
-from reference import complete_cotangents, vjp
+from fuzz.judge.gradients import GRADIENT_OVERFLOW, check_gradients
+from fuzz.judge.subject import Subject
+from reference.case import Case
+from reference.contracts import get_contract
+from reference.dtypes import round_to
+from reference.magnitude import complete_cotangents, vjp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,7 +69,7 @@ def _plain_half_precision():
 def _subject(function, framework: str) -> Subject:
     from impls.frameworks import load_framework
 
-    return Subject("test", function, load_framework(framework), (), "f")
+    return Subject("test", function, load_framework(framework), get_contract("magnitude"), (), "f")
 
 
 def test_a_float16_backward_that_overflows_is_reported_as_an_overflow():

@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent("""
     import contextlib, sys
     import numpy as np
     import impls
-    from impls.case import Case
+    from reference.case import Case
 
     impl = impls.get_implementation(sys.argv[1])
     adapter = impl.adapter
@@ -41,8 +41,9 @@ SCRIPT = textwrap.dedent("""
                     inputs = adapter.materialize(case, requires_grad=impl.differentiable)
                     out = impl(*inputs)
                     if impl.differentiable:
-                        adapter.vjp(impl.function, inputs, {key: np.ones(np.shape(adapter.to_float64(value)))
-                                                            for key, value in out.items()})
+                        cotangents = {key: np.ones(np.shape(adapter.to_float64(value))) for key, value in out.items()}
+                        vjp = adapter.vjp(impl.function, inputs, cotangents, impl.contract)
+                        assert all(g is not None for g in vjp.gradients.values()) and not vjp.detached
                 calls += 1
     print("calls", calls)
 """)

@@ -39,7 +39,7 @@ def test_listing_imports_no_framework_until_asked():
     import subprocess
     import sys
 
-    code = ("import sys, impls, fuzz.strategies, fuzz.checks, fuzz.campaign, fuzz.cli, reference; "
+    code = ("import sys, impls, fuzz.judge.draws, fuzz.judge.forward, fuzz.run.cell, fuzz.cli, reference; "
             "print(sorted(m for m in ('torch', 'jax') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -18,13 +18,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fuzz.cli import check_parser
-from fuzz.sharded.cells import plan_sharded_cells, run_sharded_cells
-from fuzz.sharded.command import DEFAULT_EXAMPLES, run_sharded_check
+from fuzz.cli import check_parser, run_check
+from fuzz.judge.draws import cases
+from fuzz.run.subjects import SubjectSpec
+from fuzz.sharded.cell import run_sharded_cell
+from fuzz.sharded.plan import DEFAULT_EXAMPLES, plan_sharded_cells
 from fuzz.sharded.split import MESHES, draw_split, pad_for_shard_map
 from fuzz.sharded.torch_ranks import TIMEOUT_VARIABLE
-from fuzz.strategies import cases
-from reference import reference
+from reference.magnitude import reference
 from reference.tolerance import CONTRACT
 from tests.corpus_entries import CORPUS, FUNCTION, corpus_entries
 
@@ -32,9 +33,10 @@ SHARDED_CORPUS = CORPUS / "sharded"
 ENTRIES = corpus_entries(SHARDED_CORPUS)
 
 
-def _check(path: Path, engine: str, *options: str, default_examples: bool = True):
-    args = check_parser().parse_args([f"{path}:{FUNCTION}", "--sharded", engine, *options])
-    return run_sharded_check(args, default_examples=default_examples)
+def _check(path: Path, engine: str, *options: str):
+    """`check PATH --sharded ENGINE ...`, its cells run in this process's workers (one: the tests already use
+    every core)."""
+    return run_check(check_parser().parse_args([f"{path}:{FUNCTION}", "--sharded", engine, "--jobs", "1", *options]))
 
 
 def test_the_sharded_corpus_has_every_bug_class():
@@ -65,8 +67,7 @@ def test_check_sharded_tells_bugs_from_correct_code(path, meta, tmp_path):
                              cwd=tmp_path)
         assert run.returncode != 0 and "AssertionError" in run.stderr, run.stderr[-2000:]
     elif expect == "accept":  # 10x the default budget, forward and gradients
-        cells = _check(path, engine, "--gradients", "--max-examples", str(10 * DEFAULT_EXAMPLES),
-                       default_examples=False)
+        cells = _check(path, engine, "--gradients", "--max-examples", str(10 * DEFAULT_EXAMPLES))
         failures = [(c.dtype, c.check, c.failures, c.traceback) for c in cells if not c.ok]
         assert not failures, f"{path.name} is correct but was rejected: {failures}"
         assert len(cells) == 2 * len(MESHES) * 4
@@ -109,9 +110,8 @@ def test_a_rank_that_fails_fails_its_cell_with_a_clear_message(tmp_path, monkeyp
     monkeypatch.setenv(TIMEOUT_VARIABLE, "5")
     target = f"{_rank_bug(tmp_path, body)}:{FUNCTION}"
     started = time.perf_counter()
-    tasks = plan_sharded_cells(target, "torch", ["float32"], ["cpu"], 5, 0, False, 1, builtin=False,
-                               meshes=((1, 2),))
-    [cell] = run_sharded_cells(tasks)
+    tasks = plan_sharded_cells(SubjectSpec(target, "torch"), "torch", ["float32"], ["cpu"], 5, 0, False, 1)
+    cell = run_sharded_cell(next(task for task in tasks if task.mesh == (1, 2)))
     assert not cell.ok
     assert any(message in failure for failure in cell.failures), cell.failures
     assert time.perf_counter() - started < 90  # ranks start in seconds; one timeout of 5 s, not one per shrink
@@ -121,18 +121,18 @@ def test_each_mesh_draws_its_own_cases():
     """Every (seed, mesh) has a seed of its own: the meshes of a run draw different cases, and two runs with
     different --seed share none of their cells' cases."""
     seeds = [task.seed for seed in range(3) for task in plan_sharded_cells(
-        "t.py:f", "torch", ["float32"], ["cpu"], 3, seed, False, 1, builtin=False)]
+        SubjectSpec("t.py:f", "torch"), "torch", ["float32"], ["cpu"], 3, seed, False, 1)]
     assert len(seeds) == 3 * len(MESHES) == len(set(seeds))
 
 
 @pytest.mark.long
 def test_the_sharded_builtins_conform():
     """torch-distributed and jax-shard-map, and jax-jit with sharded inputs: the campaign's sharded rows."""
-    from fuzz.cli import parse
-    from fuzz.sharded.command import campaign_cells
+    from fuzz.cli import campaign_plan, parse
+    from fuzz.run.workers import run_cells
 
-    args = parse([])
-    cells = campaign_cells(["torch-distributed", "jax-shard-map"], args)
+    plan = campaign_plan(parse(["--implementations", "torch-distributed,jax-shard-map"]))
+    cells = run_cells(plan.tasks, jobs=1)
     failures = [(c.subject, c.check, c.dtype, c.failures) for c in cells if not c.ok]
     assert not failures
     rows = {(c.subject, c.check) for c in cells}
@@ -176,21 +176,23 @@ def test_the_judge_wants_replicas_to_agree_and_sums_replicated_advantage_gradien
     """Without processes: replies as two sequence ranks would send them."""
     from fuzz.sharded.judge import gather_forward, gather_gradients, summed_over_replicas
     from fuzz.sharded.split import Split
-    from impls.case import Case
+    from reference.case import Case
 
     case = Case(np.array([[-1.0, -2.0, -4.0], [-3.0, -4.0, -1.0]]), np.array([2.0, -1.0]), np.ones((2, 3), bool))
     split = Split(1, 2, (0, 2), (0, 1, 3))
     exact = reference(case.token_log_probs, case.advantages, case.token_mask)
     right = {key: np.asarray(value) for key, value in exact.outputs().items()}
-    replies = [{"failures": [], "outputs": right}, {"failures": [], "outputs": {**right, "token_averaged": right[
-        "token_averaged"] + [0.0, 1.0]}}]
+    dtypes = dict.fromkeys(right, "float32")
+    replies = [{"failures": [], "outputs": right, "dtypes": dtypes},
+               {"failures": [], "outputs": {**right, "token_averaged": right["token_averaged"] + [0.0, 1.0]},
+                "dtypes": dtypes}]
     verdict = gather_forward(case, split, replies, split.describe, CONTRACT)
     assert any(failure.kind == "replicas disagree" and failure.message.startswith(
         "replicas disagree: token_averaged[1]") for failure in verdict.failures)
     assert gather_forward(case, split, [replies[0], replies[0]], split.describe, CONTRACT).ok
 
-    assert summed_over_replicas({"sequence_summed": np.ones(2), "token_averaged": np.ones(2),
-                                 "magnitude_ratio": np.array(1.0)}, split)["magnitude_ratio"] == 2
+    assert summed_over_replicas(case, {"sequence_summed": np.ones(2), "token_averaged": np.ones(2),
+                                       "magnitude_ratio": np.array(1.0)}, split)["magnitude_ratio"] == 2
     gradients = [{"failures": [], "gradients": {"d token_log_probs": np.full((2, columns), rank + 1.0),
                                                 "d advantages": np.array([1.0, 2.0]) * (rank + 1)}}
                  for rank, columns in enumerate((1, 2))]

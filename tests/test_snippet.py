@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 from hypothesis import find, settings
 
-from fuzz.campaign import Bug, CellResult, Subject
-from fuzz.gradients import check_gradients
-from fuzz.report import render_failures
-from fuzz.snippet import render_snippet
-from fuzz.strategies import cases
+from fuzz.judge.draws import cases
+from fuzz.judge.gradients import check_gradients
+from fuzz.judge.subject import Subject
+from fuzz.report.matrix import render_failures
+from fuzz.report.results import Bug, CellResult
+from fuzz.report.snippet import SnippetSource, snippet_for
 from impls import get_implementation
-from impls.case import Case
 from impls.frameworks import adapter_class, load_framework
 from impls.layouts import LAYOUTS, STRIDED_LAYOUTS_WITHOUT_NEGATIVE
-from reference import complete_cotangents, reference, vjp
-from reference.tolerance import tolerance
+from reference.case import Case
+from reference.magnitude import complete_cotangents, vjp
 
 torch = pytest.importorskip("torch")
 
@@ -35,9 +35,8 @@ def _case(shape=(2, 3), layout="contiguous", dtype="float32", rows_equal=False):
 
 
 def _snippet(case, framework, failures=("something failed",), function_name="recorded"):
-    expected = reference(case.token_log_probs, case.advantages, case.token_mask)
-    return render_snippet(case=case, framework=framework, import_lines=(), function_name=function_name, wrap=None,
-                          expected=expected, tol=tolerance(expected, case.dtype), failures=list(failures))
+    source = SnippetSource("recorded", framework, (), function_name, None, ())
+    return snippet_for(source, case, list(failures))
 
 
 def _inputs_of(snippet, framework):
@@ -146,7 +145,7 @@ def test_a_gradient_bug_at_a_row_whose_s_is_0_is_caught_and_not_blamed_on_the_ki
     cotangents = complete_cotangents({"sequence_summed": np.array([1.0, 1.0]), "token_averaged": np.array([1.0, 1.0]),
                                       "magnitude_ratio": np.array(1.0)}, 2)
     exact = vjp(case.token_log_probs, case.advantages, case.token_mask, cotangents)
-    subject = Subject("f", _doubled_advantage_gradient, load_framework("torch"), (), "f")
+    subject = Subject("f", _doubled_advantage_gradient, load_framework("torch"), case.contract, (), "f")
     verdict = check_gradients(subject, case, cotangents, exact)
     assert "d advantages out of tolerance" in [failure.kind for failure in verdict.failures]
     assert not any("sign(0)" in failure.message for failure in verdict.failures)

@@ -4,9 +4,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fuzz.strategies import cases, draw_case
-from impls.dtypes import DTYPE_NAMES, accumulation_dtype, largest, smallest_normal
+from fuzz.judge.draws import cases, draw_case
 from impls.layouts import LAYOUTS, numpy_view, strided_view
+from reference.dtypes import DTYPE_NAMES, accumulation_dtype, largest, smallest_normal
 
 
 @settings(max_examples=150)

@@ -13,12 +13,12 @@ pytest.importorskip("triton")
 torch = pytest.importorskip("torch")
 
 import impls  # noqa: E402
-from fuzz.cells import subject_for  # noqa: E402
-from fuzz.checks import check_forward  # noqa: E402
-from fuzz.gradients import check_gradients  # noqa: E402
-from impls.case import Case  # noqa: E402
-from impls.dtypes import DTYPE_NAMES  # noqa: E402
-from reference import OUTPUT_KEYS, vjp  # noqa: E402
+from fuzz.judge.forward import check_forward  # noqa: E402
+from fuzz.judge.gradients import check_gradients  # noqa: E402
+from fuzz.run.subjects import subject_for  # noqa: E402
+from reference.case import Case  # noqa: E402
+from reference.dtypes import DTYPE_NAMES  # noqa: E402
+from reference.magnitude import OUTPUT_KEYS, vjp  # noqa: E402
 
 NAME = "torch-triton"
 DEVICES = [pytest.param("cpu", id="cpu"),

@@ -1,14 +1,11 @@
-"""A worker process with host-platform CPU devices that runs functions under `jax.shard_map`.
+"""A worker process with host-platform CPU devices for the JAX engines (fuzz/sharded/jax_mesh.py, jax_plain.py).
 
 JAX fixes its device count when it initializes, from XLA_FLAGS=--xla_force_host_platform_device_count=N,
-so the sharded JAX runs need a process of their own: this one is spawned with that flag (and x64), and it
-is kept alive across examples and cells. Each job is one padded global case (see fuzz/sharded/split.py)
-on a mesh ("data", "sequence"): the function runs under
-    jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=(P("data", "sequence"), P("data"), P("data", "sequence")),
-                          out_specs={"sequence_summed": P("data"), "token_averaged": P("data"),
-                                     "magnitude_ratio": P()}))
-and for gradients under jax.vjp of that global function, with global cotangents. The "plain jit" mode
-runs a single-process function under jax.jit with its inputs sharded the same way (XLA partitions it).
+so the sharded JAX runs need a process of their own: this one is spawned with that flag, and it is kept
+alive across examples and cells. Each job is one padded global case (see fuzz/sharded/split.py) on a mesh
+("data", "sequence"), its inputs placed with the contract's partition specs (`Input.mesh`); the job's engine
+says how the function runs there (`engine.mapped(fn, mesh, contract)`: under shard_map, or as it is), always
+under jax.jit, and for gradients under jax.vjp of that global function, with global cotangents.
 
 Deadlines and deaths are handled as for torch ranks: a worker that dies or hangs raises RankFailure.
 """
@@ -24,11 +21,15 @@ import time
 import traceback
 from typing import Any
 
+import numpy as np
+
+from fuzz.judge.verdict import Verdict
+from fuzz.sharded.engines import Engine
+from fuzz.sharded.split import Split
 from fuzz.sharded.torch_ranks import START_TIMEOUT_S, RankFailure, rank_timeout
+from reference.case import Case
 
 DEVICES = 4  # the largest mesh has 4 devices
-IN_SPECS = (("data", "sequence"), ("data",), ("data", "sequence"))
-OUT_SPECS = {"sequence_summed": ("data",), "token_averaged": ("data",), "magnitude_ratio": ()}
 
 
 def shard_map_function() -> Any:
@@ -66,56 +67,43 @@ class _Runner:
             self.functions[subject] = _resolve(subject)
         return self.functions[subject]
 
-    def callables(self, subject: tuple[str, str], mode: str, shape: tuple[int, int]) -> tuple[Any, Any]:
-        """(forward, forward-and-VJP), both jitted, built once per (function, mode, mesh)."""
-        key = (subject, mode, shape)
+    def callables(self, subject: tuple[str, str], engine: str, shape: tuple[int, int],
+                  contract: Any) -> tuple[Any, Any]:
+        """(forward, forward-and-VJP), both jitted, built once per (function, engine, mesh, contract)."""
+        key = (subject, engine, shape, contract)
         if key not in self.compiled:
-            from jax.sharding import PartitionSpec as P
+            from fuzz.sharded.engines import engine_named
+            from impls.frameworks import load_framework
 
-            fn, mesh = self.function(subject), self.mesh(shape)
-            if mode == "shard_map":
-                shard_map = shard_map_function()
-                kwargs = {"mesh": mesh, "in_specs": tuple(P(*spec) for spec in IN_SPECS),
-                          "out_specs": {key: P(*spec) for key, spec in OUT_SPECS.items()}}
-                mapped = shard_map(fn, **kwargs)
-            else:
-                mapped = fn
-
-            def forward_and_backward(lp: Any, adv: Any, mask: Any, cotangents: Any) -> Any:
-                outputs, pullback = self.jax.vjp(lambda a, b: mapped(a, b, mask), lp, adv)
-                return outputs, *pullback({k: cotangents[k].astype(v.dtype) for k, v in outputs.items()})
-
-            self.compiled[key] = (self.jax.jit(mapped), self.jax.jit(forward_and_backward))
+            mapped = engine_named(engine).mapped(self.function(subject), self.mesh(shape), contract)
+            adapter = load_framework("jax")
+            self.compiled[key] = (self.jax.jit(mapped), lambda inputs, cotangents: adapter.vjp(mapped, inputs,
+                                                                                                cotangents, contract))
         return self.compiled[key]
 
     def run(self, job: dict[str, Any]) -> dict[str, Any]:
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
 
-        from fuzz.checks import Failure, call_safely
+        from fuzz.judge.verdict import Failure, call_safely
         from fuzz.sharded.replies import rank_reply
         from fuzz.sharded.torch_ranks import LOAD_FAILED
-        from impls.case import Case
-        from impls.dtypes import numpy_dtype
         from impls.frameworks import load_framework
 
         adapter = load_framework("jax")
+        case, cotangents = job["case"], job.get("cotangents")
         try:
-            forward, backward = self.callables(job["subject"], job["mode"], job["mesh"])
+            forward, backward = self.callables(job["subject"], job["engine"], job["mesh"], case.contract)
         except Exception as error:
             return {"failures": [Failure(LOAD_FAILED, f"cannot load the function: {type(error).__name__}: {error}")],
                     "traceback": traceback.format_exc()}
-        case = Case(job["token_log_probs"], job["advantages"], job["token_mask"], dtype=job["dtype"])
         with adapter.scope(case):  # float64 cases under x64, the others under JAX's defaults
             mesh = self.mesh(job["mesh"])
-            dtype = numpy_dtype(case.dtype)
-            inputs = [self.jax.device_put(value, NamedSharding(mesh, P(*spec))) for value, spec in
-                      zip((case.token_log_probs.astype(dtype), case.advantages.astype(dtype), case.token_mask),
-                          IN_SPECS)]
-            cotangents = job.get("cotangents")
+            inputs = tuple(self.jax.device_put(value, NamedSharding(mesh, P(*spec.mesh)))
+                           for value, spec in zip(adapter.materialize(case), case.contract.inputs))
             result, verdict = (call_safely(forward, *inputs) if cotangents is None
-                               else call_safely(backward, *inputs, cotangents))
-            return rank_reply(adapter, case, verdict, result, cotangents)
+                               else call_safely(backward, inputs, cotangents))
+            return rank_reply(adapter, case, verdict, result, cotangents is not None)
 
 
 def _worker_main(connection: Any) -> None:
@@ -219,3 +207,36 @@ def close_worker() -> None:
         if not worker.broken:
             worker.close()
     _WORKER.clear()
+
+
+# ----------------------------------------------------------------------------------------- the JAX engines
+
+class JaxWorkerEngine(Engine):
+    """What the two JAX engines share: one padded global case per example, run in the mesh worker, the real rows
+    and tokens cut out and judged. Subclasses say how the function runs on the mesh (`mapped`)."""
+
+    framework = "jax"
+    padded = True
+
+    def mapped(self, fn: Any, mesh: Any, contract: Any) -> Any:
+        """The global function the worker jits: in the worker process, with JAX imported."""
+        raise NotImplementedError
+
+    def run(self, subject_key: tuple[str, str], case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,
+            precision: Any) -> tuple[dict[str, np.ndarray] | None, Verdict]:
+        from fuzz.sharded.judge import cut_padded_gradients, judge_padded_forward, rank_failures
+        from fuzz.sharded.split import pad_cotangents, pad_for_shard_map
+
+        padded = pad_for_shard_map(case, split)
+        job: dict[str, Any] = {"subject": subject_key, "engine": self.name, "mesh": split.mesh, "case": padded.case}
+        if cotangents is not None:
+            job["cotangents"] = pad_cotangents(padded, cotangents)  # padded rows: 0 (their gradients are 0 anyway)
+        reply = jax_worker().run(job)
+        if cotangents is None:
+            return None, judge_padded_forward(case, padded, reply, precision)
+        verdict = rank_failures([reply], lambda rank: "the mesh")
+        if "gradients" not in reply:
+            return None, verdict
+        gradients, cut = cut_padded_gradients(case, padded, reply["gradients"])
+        verdict.merge(cut)
+        return (gradients or None), verdict

@@ -1,18 +1,19 @@
 """A failing sharded example as a script that launches the ranks itself: torch.multiprocessing.spawn on
-gloo (127.0.0.1), or a shard_map over host-platform CPU devices. Save it as a file and run it (spawned
-ranks import the main module, so it cannot be piped to `python -`); it exits non-zero while the bug is there.
+gloo (127.0.0.1), or a shard_map (or a plain jit of sharded inputs) over host-platform CPU devices. Save it as
+a file and run it (spawned ranks import the main module, so it cannot be piped to `python -`); it exits
+non-zero while the bug is there. The engines (torch_ranks.py, jax_mesh.py, jax_plain.py) call these.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from fuzz.campaign import Subject
 from fuzz.sharded.judge import summed_over_replicas
 from fuzz.sharded.split import Padded, Split, pad_cotangents, pad_for_shard_map
-from impls.case import Case
-from reference import reference, vjp
-from reference.tolerance import Precision, gradient_tolerance, tolerance
+from reference.case import Case
+from reference.exact import exact_results
 
 
 def _literal(values: np.ndarray) -> str:
@@ -23,60 +24,60 @@ def _bool_literal(values: np.ndarray) -> str:
     return repr(np.asarray(values, dtype=bool).tolist())
 
 
-def _header(subject: Subject, case: Case, failures: list[str], how: str) -> list[str]:
-    return [
+def _header(subject: Any, case: Case, failures: list[str], how: str) -> list[str]:
+    lines = [
         f"# Counterexample found by `python -m fuzz check --sharded`: {how}.",
         "# Save as a file and run it (the ranks import this file); it fails while the bug is there.",
         *[f"# FAILED: {failure}" for failure in failures],
+        *([f"# contract: {case.contract.label}"] if case.contract.bound else []),
         f"# dtype {case.dtype}, shape {case.shape}",
         "from math import inf, nan",
         "import numpy as np",
         *subject.import_lines,
         "",
-        f"TOKEN_LOG_PROBS = np.array({_literal(case.token_log_probs)}).reshape{case.shape}",
-        f"ADVANTAGES = np.array({_literal(case.advantages)}).reshape({case.shape[0]},)",
-        f"TOKEN_MASK = np.array({_bool_literal(case.token_mask)}, dtype=bool).reshape{case.shape}",
     ]
+    for spec in case.contract.inputs:
+        value = case.values[spec.name]
+        literal = _bool_literal(value) + ", dtype=bool" if spec.kind == "bool" else _literal(value)
+        lines.append(f"{spec.name.upper()} = np.array({literal}).reshape{tuple(value.shape)!r}")
+    return lines
 
 
-def _expected_lines(case: Case, cotangents: dict[str, np.ndarray] | None, exact_cotangents: dict | None,
-                    precision: Precision, padded: Padded | None = None) -> list[str]:
-    """Expected values and tolerances of `case`; with `padded`, placed where its rows and tokens went (padded
+def _expected_lines(subject: Any, case: Case, cotangents: dict[str, np.ndarray] | None,
+                    exact_cotangents: dict[str, np.ndarray] | None, padded: Padded | None = None) -> list[str]:
+    """Exact values and tolerances of `case`; with `padded`, placed where its rows and tokens went (padded
     positions: exactly 0, tolerance 0)."""
-    expected = reference(case.token_log_probs, case.advantages, case.token_mask)
-    tol = tolerance(expected, case.dtype, precision)
-    rows = (slice(None),) if padded is None else (padded.row_index,)
-    cells = (slice(None), slice(None)) if padded is None else np.ix_(padded.row_index, padded.token_index)
-    shape = case.shape if padded is None else padded.case.shape
+    contract, expected = case.contract, exact_results(case)
+    tol = contract.tolerance(expected, case.dtype, subject.precision)
 
-    def place(values: np.ndarray, where: tuple) -> np.ndarray:
-        if values.ndim == 0:
-            return values
-        out = np.zeros(shape[: values.ndim])
-        out[where] = values
-        return out
+    def place(values: np.ndarray, dims: tuple[str, ...]) -> np.ndarray:
+        return values if padded is None else padded.place(np.asarray(values, dtype=np.float64), dims)
 
     lines = ["# exact float64 results of the whole batch, and the tolerance the suite's error model allows"]
-    for key, value in expected.outputs().items():
-        lines += [f"EXPECTED_{key.upper()} = np.array({_literal(place(value, rows))})",
-                  f"TOLERANCE_{key.upper()} = np.array({_literal(place(tol.as_dict()[key], rows))})"]
+    for spec in contract.outputs:
+        want = place(expected.outputs()[spec.name], spec.dims)
+        lines += [f"EXPECTED_{spec.name.upper()} = np.array({_literal(want)})",
+                  f"TOLERANCE_{spec.name.upper()} = np.array({_literal(place(tol[spec.name], spec.dims))})"]
     if cotangents is not None and exact_cotangents is not None:
-        exact = vjp(case.token_log_probs, case.advantages, case.token_mask, exact_cotangents)
-        gradient_tol = gradient_tolerance(exact, exact_cotangents, case.dtype, precision)
+        exact = contract.vjp(case, exact_cotangents, expected)
+        tolerances = contract.gradient_tolerance(exact, exact_cotangents, case.dtype, subject.precision)
         given = cotangents if padded is None else pad_cotangents(padded, cotangents)
         lines += [f"COTANGENT_{key.upper()} = np.array({_literal(value)})" for key, value in given.items()]
-        lines += ["# the exact VJP (cotangents summed over replicas where each replica receives one)",
-                  f"EXPECTED_D_LOG_PROBS = np.array({_literal(place(exact.token_log_probs, cells))})"
-                  f".reshape{shape}",
-                  f"TOLERANCE_D_LOG_PROBS = np.array({_literal(place(gradient_tol.token_log_probs, cells))})"
-                  f".reshape{shape}",
-                  f"EXPECTED_D_ADVANTAGES = np.array({_literal(place(exact.advantages, rows))})",
-                  f"TOLERANCE_D_ADVANTAGES = np.array({_literal(place(gradient_tol.advantages, rows))})"]
+        lines.append("# the exact VJP (cotangents summed over replicas where each replica receives one)")
+        for spec in contract.differentiable_inputs:
+            shape = tuple(value for value in (padded.case if padded else case).values[spec.name].shape)
+            lines += [f"EXPECTED_D_{spec.name.upper()} = np.array("
+                      f"{_literal(place(exact.inputs()[spec.name], spec.dims))}).reshape{shape!r}",
+                      f"TOLERANCE_D_{spec.name.upper()} = np.array("
+                      f"{_literal(place(tolerances[spec.name][0], spec.dims))}).reshape{shape!r}"]
     return lines
 
 
 CHECK_FUNCTION = '''
 def check(name, got, want, tol, problems):
+    if got is None:
+        problems.append(f"{name}: no gradient (the outputs do not reach this input)")
+        return
     got = np.asarray(got, dtype=np.float64).reshape(np.shape(want))
     print(f"{name}: got {got.tolist()}, expected {want.tolist()}")
     if not np.isfinite(got).all() or (np.abs(got - want) > tol).any():
@@ -84,10 +85,17 @@ def check(name, got, want, tol, problems):
 '''
 
 
-def _torch_snippet(subject: Subject, case: Case, split: Split, cotangents: dict | None, failures: list[str]) -> str:
-    exact_cotangents = summed_over_replicas(cotangents, split) if cotangents is not None else None
+def _as_outputs(contract: Any, result: str) -> str:
+    return result if contract.returns_mapping else f"{{{contract.outputs[0].name!r}: {result}}}"
+
+
+def torch_ranks_snippet(subject: Any, case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,
+                        failures: list[str]) -> str:
+    contract = case.contract
+    exact_cotangents = summed_over_replicas(case, cotangents, split) if cotangents is not None else None
     lines = _header(subject, case, failures, f"torch.distributed, mesh {split.data}x{split.sequence} "
                     "(data x sequence), gloo ranks on 127.0.0.1")
+    allowed = [f"torch.{dtype}" for dtype in contract.output_dtypes(case.dtype)]
     lines += [
         "import os, socket",
         "import torch",
@@ -98,7 +106,7 @@ def _torch_snippet(subject: Subject, case: Case, split: Split, cotangents: dict 
         "# rank d * SEQUENCE + q holds rows ROW_CUTS[d]:ROW_CUTS[d + 1], tokens TOKEN_CUTS[q]:TOKEN_CUTS[q + 1]",
         f"ROW_CUTS, TOKEN_CUTS = {list(split.row_cuts)!r}, {list(split.token_cuts)!r}",
         f"DTYPE = torch.{case.dtype}",
-        *_expected_lines(case, cotangents, exact_cotangents, subject.precision),
+        *_expected_lines(subject, case, cotangents, exact_cotangents),
         CHECK_FUNCTION,
         "def run_rank(rank, port):",
         "    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,",
@@ -107,49 +115,55 @@ def _torch_snippet(subject: Subject, case: Case, split: Split, cotangents: dict 
         "    sequence_groups = [dist.new_group([d * SEQUENCE + q for q in range(SEQUENCE)]) for d in range(DATA)]",
         "    d, q = divmod(rank, SEQUENCE)",
         "    rows, tokens = slice(ROW_CUTS[d], ROW_CUTS[d + 1]), slice(TOKEN_CUTS[q], TOKEN_CUTS[q + 1])",
-        "    token_log_probs = torch.tensor(TOKEN_LOG_PROBS[rows, tokens], dtype=DTYPE)",
-        "    advantages = torch.tensor(ADVANTAGES[rows], dtype=DTYPE)",
-        "    token_mask = torch.tensor(TOKEN_MASK[rows, tokens])",
-        "    problems = []",
+        "    block = {'data': rows, 'sequence': tokens}",
     ]
-    call = (f"{subject.function_name}(token_log_probs, advantages, token_mask, data_group=data_groups[q], "
-            "sequence_group=sequence_groups[d])")
+    for spec in contract.inputs:
+        index = ", ".join(f"block[{axis!r}]" for axis in spec.mesh)
+        dtype = "torch.bool" if spec.kind == "bool" else "DTYPE"
+        lines.append(f"    {spec.name} = torch.tensor({spec.name.upper()}[{index}], dtype={dtype})")
+    arguments = ", ".join(contract.input_names)
+    call = f"{subject.function_name}({arguments}, data_group=data_groups[q], sequence_group=sequence_groups[d])"
+    lines.append("    problems = []")
     if cotangents is None:
         lines += [
-            f"    out = {call}",
-            "    for key in ('sequence_summed', 'token_averaged', 'magnitude_ratio'):",
-            "        if not isinstance(out[key], torch.Tensor) or out[key].dtype != DTYPE:",
-            "            problems.append(f'{key}: a {type(out[key]).__name__} of dtype {out[key].dtype}')",
-            "        got = out[key].detach().double().numpy()",
-            "        want = globals()['EXPECTED_' + key.upper()]",
-            "        tol = globals()['TOLERANCE_' + key.upper()]",
-            "        if key != 'magnitude_ratio':",
-            "            want, tol = want[rows], tol[rows]",
-            "        check(f'rank {rank} {key}', got, want, tol, problems)",
+            f"    out = {_as_outputs(contract, call)}",
         ]
+        for spec in contract.outputs:
+            rows = "[rows]" if spec.dims else ""
+            lines += [
+                f"    got = out[{spec.name!r}]",
+                f"    if not isinstance(got, torch.Tensor) or got.dtype not in ({', '.join(allowed)},):",
+                f"        problems.append(f'{spec.name}: a {{type(got).__name__}} of dtype "
+                "{getattr(got, \"dtype\", None)}')",
+                f"    check(f'rank {{rank}} {spec.name}', got.detach().double().numpy(), "
+                f"EXPECTED_{spec.name.upper()}{rows}, TOLERANCE_{spec.name.upper()}{rows}, problems)",
+            ]
     else:
+        differentiable = [spec.name for spec in contract.differentiable_inputs]
+        lines += [*[f"    {name}.requires_grad_(True)" for name in differentiable],
+                  f"    out = {_as_outputs(contract, call)}",
+                  "    # every replica receives the cotangent of what it returns",
+                  "    cotangents = {"]
+        lines += [f"        {spec.name!r}: COTANGENT_{spec.name.upper()}{'[rows]' if spec.dims else ''},"
+                  for spec in contract.outputs]
         lines += [
-            "    token_log_probs.requires_grad_(True)",
-            "    advantages.requires_grad_(True)",
-            f"    out = {call}",
-            "    # every replica receives the cotangent of what it returns",
-            "    grad_outputs = [torch.tensor(COTANGENT_SEQUENCE_SUMMED[rows], dtype=DTYPE),",
-            "                    torch.tensor(COTANGENT_TOKEN_AVERAGED[rows], dtype=DTYPE),",
-            "                    torch.tensor(COTANGENT_MAGNITUDE_RATIO, dtype=DTYPE)]",
-            "    keys = ['sequence_summed', 'token_averaged', 'magnitude_ratio']",
-            "    used = [i for i, key in enumerate(keys) if out[key].requires_grad]",
-            "    grads = torch.autograd.grad([out[keys[i]] for i in used], [token_log_probs, advantages],",
-            "                                grad_outputs=[grad_outputs[i] for i in used], allow_unused=True)",
-            "    d_log_probs, d_advantages = [torch.zeros_like(x) if g is None else g.detach()",
-            "                                 for g, x in zip(grads, (token_log_probs, advantages))]",
-            "    # a row's advantage is replicated over its sequence group: its gradient is the sum over replicas",
-            "    d_advantages = d_advantages.double()",
-            "    dist.all_reduce(d_advantages, group=sequence_groups[d])",
-            "    check(f'rank {rank} d token_log_probs', d_log_probs.double().numpy(),",
-            "          EXPECTED_D_LOG_PROBS[rows, tokens], TOLERANCE_D_LOG_PROBS[rows, tokens], problems)",
-            "    check(f'rank {rank} d advantages (summed over the sequence group)', d_advantages.numpy(),",
-            "          EXPECTED_D_ADVANTAGES[rows], TOLERANCE_D_ADVANTAGES[rows], problems)",
+            "    }",
+            "    keys = [key for key in cotangents if out[key].requires_grad]",
+            f"    inputs = [{', '.join(differentiable)}]",
+            "    grads = torch.autograd.grad([out[key] for key in keys], inputs, allow_unused=True,",
+            "                                grad_outputs=[torch.tensor(cotangents[key], dtype=out[key].dtype)",
+            "                                              for key in keys]) if keys else [None] * len(inputs)",
         ]
+        for index, spec in enumerate(contract.differentiable_inputs):
+            block = ", ".join(f"block[{axis!r}]" for axis in spec.mesh)
+            lines.append(f"    got = None if grads[{index}] is None else grads[{index}].detach().double()")
+            if "sequence" not in spec.mesh:
+                lines += ["    # a per-row input is replicated over its sequence group: its gradient sums over them",
+                          "    if got is not None:",
+                          "        dist.all_reduce(got, group=sequence_groups[d])"]
+            name = spec.name.upper()
+            lines.append(f"    check(f'rank {{rank}} d {spec.name}', None if got is None else got.numpy(), "
+                         f"EXPECTED_D_{name}[{block}], TOLERANCE_D_{name}[{block}], problems)")
     lines += [
         "    dist.destroy_process_group()",
         "    assert not problems, '\\n'.join(problems)",
@@ -164,13 +178,20 @@ def _torch_snippet(subject: Subject, case: Case, split: Split, cotangents: dict 
     return "\n".join(lines) + "\n"
 
 
-def _jax_snippet(subject: Subject, case: Case, split: Split, cotangents: dict | None, failures: list[str],
-                 plain: bool) -> str:
+def jax_snippet(subject: Any, case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,
+                failures: list[str], plain: bool) -> str:
+    contract = case.contract
     how = (f"jax.jit with inputs sharded over a {split.data}x{split.sequence} mesh" if plain else
            f"jax.shard_map over a {split.data}x{split.sequence} mesh (data x sequence) of host CPU devices; "
            "uneven shards are padded with masked tokens and fully masked rows, which change nothing")
     flag = f"--xla_force_host_platform_device_count={split.world}"
     padded = pad_for_shard_map(case, split)
+    dtype = "ml_dtypes.bfloat16" if case.dtype == "bfloat16" else f"np.{case.dtype}"
+    in_specs = ", ".join(f"P({', '.join(repr(axis) for axis in spec.mesh)})" for spec in contract.inputs)
+    outputs = {spec.name: f"P({', '.join(repr('data') for dim in spec.dims if dim == 'batch')})"
+               for spec in contract.outputs}
+    out_specs = ("{" + ", ".join(f"{name!r}: {spec}" for name, spec in outputs.items()) + "}"
+                 if contract.returns_mapping else next(iter(outputs.values())))
     lines = [
         "import os",
         f"os.environ['XLA_FLAGS'] = os.environ.get('XLA_FLAGS', '') + ' {flag}'  # before JAX starts",
@@ -178,50 +199,48 @@ def _jax_snippet(subject: Subject, case: Case, split: Split, cotangents: dict | 
         "import jax",
         "jax.config.update('jax_enable_x64', True)",
         "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P",
-        "import ml_dtypes" if case.dtype == "bfloat16" else "",
+        *(["import ml_dtypes"] if case.dtype == "bfloat16" else []),
         "",
-        *_expected_lines(case, cotangents, cotangents, subject.precision, padded),
+        *_expected_lines(subject, case, cotangents, cotangents, padded),
         CHECK_FUNCTION,
-        f"DTYPE = {'ml_dtypes.bfloat16' if case.dtype == 'bfloat16' else 'np.' + case.dtype}",
+        f"DTYPE = {dtype}",
         f"mesh = Mesh(np.array(jax.devices('cpu')[:{split.world}]).reshape({split.data}, {split.sequence}), "
         "('data', 'sequence'))",
-        "in_specs = (P('data', 'sequence'), P('data'), P('data', 'sequence'))",
+        f"in_specs = ({in_specs},)",
         "inputs = [jax.device_put(x, NamedSharding(mesh, spec)) for x, spec in zip(",
-        "    (TOKEN_LOG_PROBS.astype(DTYPE), ADVANTAGES.astype(DTYPE), TOKEN_MASK), in_specs)]",
+        "    (" + ", ".join(spec.name.upper() + ("" if spec.kind == "bool" else ".astype(DTYPE)")
+                        for spec in contract.inputs) + ",), in_specs)]",
     ]
     if plain:
         lines.append(f"fn = jax.jit({subject.function_name})")
     else:
-        lines += [
-            f"fn = jax.jit(jax.shard_map({subject.function_name}, mesh=mesh, in_specs=in_specs,",
-            "    out_specs={'sequence_summed': P('data'), 'token_averaged': P('data'), 'magnitude_ratio': P()}))",
-        ]
+        lines += [f"fn = jax.jit(jax.shard_map({subject.function_name}, mesh=mesh, in_specs=in_specs,",
+                  f"    out_specs={out_specs}))"]
     lines.append("problems = []")
     if cotangents is None:
-        lines += [
-            "out = fn(*inputs)",
-            "for key in ('sequence_summed', 'token_averaged', 'magnitude_ratio'):",
-            "    if out[key].dtype != DTYPE:",
-            "        problems.append(f'{key} has dtype {out[key].dtype}')",
-            "    check(key, out[key], globals()['EXPECTED_' + key.upper()], globals()['TOLERANCE_' + key.upper()], "
-            "problems)",
-        ]
+        allowed = list(contract.output_dtypes(case.dtype))
+        lines.append(f"out = {_as_outputs(contract, 'fn(*inputs)')}")
+        for spec in contract.outputs:
+            lines += [f"if str(out[{spec.name!r}].dtype) not in {allowed!r}:",
+                      f"    problems.append(f'{spec.name} has dtype {{out[{spec.name!r}].dtype}}')",
+                      f"check({spec.name!r}, out[{spec.name!r}], EXPECTED_{spec.name.upper()}, "
+                      f"TOLERANCE_{spec.name.upper()}, problems)"]
     else:
+        positions = [index for index, spec in enumerate(contract.inputs) if spec.differentiable]
         lines += [
-            "out, pullback = jax.vjp(lambda lp, adv: fn(lp, adv, inputs[2]), inputs[0], inputs[1])",
-            "d_log_probs, d_advantages = pullback({k: globals()['COTANGENT_' + k.upper()].astype(v.dtype)",
-            "                                      for k, v in out.items()})",
-            "check('d token_log_probs', d_log_probs, EXPECTED_D_LOG_PROBS, TOLERANCE_D_LOG_PROBS, problems)",
-            "check('d advantages', d_advantages, EXPECTED_D_ADVANTAGES, TOLERANCE_D_ADVANTAGES, problems)",
+            f"POSITIONS = {positions!r}",
+            "",
+            "def differentiable_part(*varied):",
+            "    full = list(inputs)",
+            "    for index, value in zip(POSITIONS, varied):",
+            "        full[index] = value",
+            f"    return {_as_outputs(contract, 'fn(*full)')}",
+            "",
+            "out, pullback = jax.vjp(differentiable_part, *[inputs[i] for i in POSITIONS])",
+            "grads = pullback({k: globals()['COTANGENT_' + k.upper()].astype(v.dtype) for k, v in out.items()})",
         ]
+        for index, spec in enumerate(contract.differentiable_inputs):
+            lines.append(f"check('d {spec.name}', grads[{index}], EXPECTED_D_{spec.name.upper()}, "
+                         f"TOLERANCE_D_{spec.name.upper()}, problems)")
     lines.append("assert not problems, '\\n'.join(problems)")
-    return "\n".join(line for line in lines if line is not None) + "\n"
-
-
-def render_sharded_snippet(task: object, subject: Subject, case: Case, split: Split,
-                           cotangents: dict[str, np.ndarray] | None, failures: list[str]) -> str:
-    """The snippet for a failing sharded example of `task` (a fuzz.sharded.cells.ShardedTask)."""
-    engine = task.engine  # type: ignore[attr-defined]
-    if engine == "torch":
-        return _torch_snippet(subject, case, split, cotangents, failures)
-    return _jax_snippet(subject, case, split, cotangents, failures, plain=engine == "jax-plain")
+    return "\n".join(lines) + "\n"

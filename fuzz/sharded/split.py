@@ -1,16 +1,19 @@
-"""The Hypothesis strategy for a mesh and a split of a Case's rows and tokens over it.
+"""The Hypothesis strategy for a mesh and a split of a Case's rows and tokens over it, and the shards.
 
 A mesh is (data, sequence): `data` ranks split the rows, `sequence` ranks split every row's tokens, and
 rank (d, q) is global rank d * sequence + q. Splits are contiguous ranges: even, uneven (random cuts),
 or with one empty shard; optionally one shard's tokens are all masked (the case's mask is cleared
 there). With more than one sequence rank every row with tokens is split across ranks.
 
-For shard_map, which needs equal shards, `pad_for_shard_map` pads every shard to the same size with
-masked tokens (NaN log-probs) and fully masked rows (advantage 0). By the single-process contract this
-changes nothing: masked positions are ignored whatever they hold, and a fully masked row is exactly 0 and
-adds 0 to N and D. The padded batch is what the function receives; the real rows and tokens are cut out
-and judged against the reference of the unpadded case (so padding never widens a tolerance), and every
-padded row and gradient must be exactly 0.
+Which dimension of an input splits over which mesh axis is the contract's (`Input.mesh`): "data" splits
+rows, "sequence" a row's tokens.
+
+For shard_map, which needs equal shards, `pad_for_shard_map` pads every shard to the same size with masked
+tokens (NaN per-token values) and fully masked rows (0 per-row values). By the single-process contract this
+changes nothing: masked positions are ignored whatever they hold, and a fully masked row contributes
+nothing. The padded batch is what the function receives; the real rows and tokens are cut out and judged
+against the exact results of the unpadded case (so padding never widens a tolerance), and every padded
+row's output and every padded gradient must be exactly 0.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from fuzz.strategies import BOOLEANS, Draw, choice, integers
-from impls.case import Case
+from fuzz.judge.draws import BOOLEANS, Draw, choice, integers
+from reference.case import Case
 
 MESHES: tuple[tuple[int, int], ...] = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4))  # (data, sequence)
 CUT_KINDS = ("even", "uneven", "one empty shard")
@@ -65,15 +68,6 @@ class Split:
                 f"tokens [{tokens.start}, {tokens.stop}))")
 
 
-@dataclass(frozen=True)
-class Shard:
-    """One rank's inputs, float64 values already rounded to the case's dtype."""
-
-    token_log_probs: np.ndarray
-    advantages: np.ndarray
-    token_mask: np.ndarray
-
-
 def _cuts(draw: Draw, size: int, parts: int, what: str) -> tuple[int, ...]:
     if parts == 1:
         return (0, size)
@@ -97,17 +91,28 @@ def draw_split(draw: Draw, case: Case, meshes: Sequence[tuple[int, int]] = MESHE
     if split.world > 1 and draw(BOOLEANS, "one shard all masked"):
         rank = draw(integers(0, split.world - 1), "all-masked rank")
         d, q = split.coordinates(rank)
-        mask = case.token_mask.copy()
+        mask = case.mask.copy()
         mask[split.rows(d), split.tokens(q)] = False
-        case = case.with_(token_mask=mask)
+        case = case.with_(**{case.contract.mask.name: mask})
     return case, split
 
 
-def shard(case: Case, split: Split, rank: int) -> Shard:
+def _block(split: Split, rank: int, axes: tuple[str, ...]) -> tuple[slice, ...]:
+    """The index of rank's block in an array whose dimensions split over `axes` ("data" rows, "sequence" tokens)."""
     d, q = split.coordinates(rank)
-    rows, tokens = split.rows(d), split.tokens(q)
-    return Shard(case.token_log_probs[rows, tokens].copy(), case.advantages[rows].copy(),
-                 case.token_mask[rows, tokens].copy())
+    return tuple(split.rows(d) if axis == "data" else split.tokens(q) for axis in axes)
+
+
+def shard(case: Case, split: Split, rank: int) -> Case:
+    """Rank's inputs as a Case of their own (contiguous, values as they are in the whole case)."""
+    blocks = {spec.name: case.values[spec.name][_block(split, rank, spec.mesh)].copy() for spec in case.contract.inputs}
+    return case.with_(layout="contiguous", **blocks)
+
+
+def output_block(split: Split, rank: int, dims: tuple[str, ...]) -> tuple[slice, ...]:
+    """The part of an output of dimensions `dims` that rank returns: its rows of a per-row output, all of a scalar."""
+    d, _ = split.coordinates(rank)
+    return tuple(split.rows(d) for dim in dims if dim == "batch")
 
 
 # Padded shard sizes come from short menus: XLA compiles per shape (~0.2 s each), so a cell sees a few
@@ -129,12 +134,29 @@ class Padded:
     row_index: np.ndarray  # padded row of each original row
     token_index: np.ndarray  # padded column of each original token
 
+    def index(self, dims: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+        """Where an array of dimensions `dims` ("batch", "tokens") of the unpadded case sits in the padded one."""
+        return np.ix_(*[self.row_index if dim == "batch" else self.token_index for dim in dims])
+
+    def place(self, values: np.ndarray, dims: tuple[str, ...], fill: float | bool = 0.0) -> np.ndarray:
+        """`values` of the unpadded case put where they went, `fill` elsewhere."""
+        sizes = self.case.sizes
+        out = np.full(tuple(sizes[dim] for dim in dims), fill, dtype=np.asarray(values).dtype)
+        if dims:
+            out[self.index(dims)] = values
+            return out
+        return np.asarray(values)
+
+    def real(self, dims: tuple[str, ...]) -> np.ndarray:
+        """True where an array of dimensions `dims` holds the unpadded case's values."""
+        return self.place(np.ones(tuple(len(self.row_index if d == "batch" else self.token_index) for d in dims),
+                                  bool), dims, False)
+
 
 def pad_for_shard_map(case: Case, split: Split) -> Padded:
-    """Every shard padded to one size (from the menus above): its real tokens first, then masked NaN tokens;
-    real rows first, then fully masked rows of advantage 0. Uneven and empty shards stay uneven and empty
-    in what they hold."""
-    batch, tokens = case.shape
+    """Every shard padded to one size (from the menus above): its real tokens first, then masked tokens (NaN per
+    token values); real rows first, then fully masked rows (0 per-row values). Uneven and empty shards stay
+    uneven and empty in what they hold."""
     rows_per = _padded_size(max(split.row_cuts[d + 1] - split.row_cuts[d] for d in range(split.data)),
                             ROWS_PER_SHARD)
     tokens_per = _padded_size(max(split.token_cuts[q + 1] - split.token_cuts[q] for q in range(split.sequence)),
@@ -143,23 +165,18 @@ def pad_for_shard_map(case: Case, split: Split) -> Padded:
                                 for d in range(split.data)]).astype(np.int64)
     token_index = np.concatenate([q * tokens_per + np.arange(split.tokens(q).stop - split.tokens(q).start)
                                   for q in range(split.sequence)]).astype(np.int64)
-    shape = (split.data * rows_per, split.sequence * tokens_per)
-    log_probs = np.full(shape, np.nan)
-    mask = np.zeros(shape, bool)
-    advantages = np.zeros(shape[0])
-    log_probs[np.ix_(row_index, token_index)] = case.token_log_probs
-    mask[np.ix_(row_index, token_index)] = case.token_mask
-    advantages[row_index] = case.advantages
-    del batch, tokens
-    padded = case.with_(token_log_probs=log_probs, advantages=advantages, token_mask=mask)
-    return Padded(padded, row_index, token_index)
+    sizes = {"batch": split.data * rows_per, "tokens": split.sequence * tokens_per}
+    values = {}
+    for spec in case.contract.inputs:
+        fill = False if spec.kind == "bool" else (np.nan if spec.role == "tokens" else 0.0)
+        padded = np.full(tuple(sizes[dim] for dim in spec.dims), fill, dtype=case.values[spec.name].dtype)
+        padded[np.ix_(*[row_index if dim == "batch" else token_index for dim in spec.dims])] = case.values[spec.name]
+        values[spec.name] = padded
+    return Padded(case.with_(**values), row_index, token_index)
 
 
 def pad_cotangents(padded: Padded, cotangents: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Cotangents of the real rows placed where those rows went; 0 for padded rows."""
-    batch = padded.case.shape[0]
-    placed = {"magnitude_ratio": np.asarray(cotangents["magnitude_ratio"], dtype=np.float64)}
-    for key in ("sequence_summed", "token_averaged"):
-        placed[key] = np.zeros(batch)
-        placed[key][padded.row_index] = cotangents[key]
-    return placed
+    contract = padded.case.contract
+    return {spec.name: padded.place(np.asarray(cotangents[spec.name], dtype=np.float64), spec.dims)
+            for spec in contract.outputs}

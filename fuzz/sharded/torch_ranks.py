@@ -1,4 +1,6 @@
-"""A pool of torch.distributed rank processes, started once and kept alive across examples and cells.
+"""The torch.distributed engine: a pool of rank processes, started once and kept alive across examples and
+cells, the per-rank calling convention (`fn(*inputs, data_group=..., sequence_group=...)`), and the snippet
+that launches its own ranks.
 
 A pool has a fixed world size (1, 2 or 4) and serves every mesh of that size: at start every rank creates
 the data and sequence groups of each such mesh (new_group must be called by every rank, in one order).
@@ -27,7 +29,12 @@ import time
 import traceback
 from typing import Any
 
-from fuzz.sharded.split import MESHES
+import numpy as np
+
+from fuzz.judge.verdict import Verdict
+from fuzz.sharded.engines import Engine
+from fuzz.sharded.split import MESHES, Split
+from reference.case import Case
 
 DEFAULT_TIMEOUT_S = 60.0  # per example; a correct example takes milliseconds, a cold start seconds
 START_TIMEOUT_S = 180.0  # spawning ranks imports torch in each; slow on a loaded 2-core machine
@@ -69,9 +76,9 @@ LOAD_FAILED = "function does not load on the ranks"
 
 def _run_job(job: dict[str, Any], groups: dict[tuple[int, int], tuple[Any, Any]], rank: int) -> dict[str, Any]:
     """One example on this rank: the forward pass (checked for structure and unchanged inputs), or the VJP."""
-    from fuzz.checks import INPUT_MODIFIED, Failure, call_safely, modified_inputs
+    from fuzz.judge.outputs import modified_inputs
+    from fuzz.judge.verdict import Failure, call_safely
     from fuzz.sharded.replies import rank_reply
-    from impls.case import Case
     from impls.frameworks import load_framework
 
     adapter = load_framework("torch")
@@ -83,15 +90,13 @@ def _run_job(job: dict[str, Any], groups: dict[tuple[int, int], tuple[Any, Any]]
                 "traceback": traceback.format_exc()}
     data_group, sequence_group = groups[job["mesh"]]
     bound = functools.partial(fn, data_group=data_group, sequence_group=sequence_group)
-    case = Case(job["token_log_probs"], job["advantages"], job["token_mask"], dtype=job["dtype"],
-                device=job["device"])
-    cotangents = job.get("cotangents")
+    case, cotangents = job["case"], job.get("cotangents")
     inputs = adapter.materialize(case, requires_grad=cotangents is not None)
     snapshot = adapter.snapshot(inputs)
     result, verdict = (call_safely(bound, *inputs) if cotangents is None
-                       else call_safely(adapter.vjp, bound, inputs, cotangents))
-    changes = tuple(Failure(INPUT_MODIFIED, change) for change in modified_inputs(adapter, inputs, snapshot))
-    return rank_reply(adapter, case, verdict, result, cotangents, changes)
+                       else call_safely(adapter.vjp, bound, inputs, cotangents, case.contract))
+    changes = modified_inputs(adapter, case, inputs, snapshot)
+    return rank_reply(adapter, case, verdict, result, cotangents is not None, changes)
 
 
 def _rank_main(rank: int, world: int, port: int, device: str, connection: Any) -> None:
@@ -262,3 +267,52 @@ def close_pools() -> None:
     for pool in _POOLS.values():
         pool.close()
     _POOLS.clear()
+
+
+# ------------------------------------------------------------------------------------------------- the engine
+
+class TorchRanks(Engine):
+    """Every rank of the mesh calls `fn(*its inputs, data_group=..., sequence_group=...)` at the same time, on
+    gloo (NCCL on CUDA, for the meshes that fit the GPUs); gradients through the collectives, each replica
+    backpropagating its outputs' cotangents."""
+
+    name = "torch"
+    framework = "torch"
+    replicas_sum_cotangents = True
+
+    def devices(self) -> list[str]:
+        from impls.frameworks import load_framework
+
+        return load_framework("torch").devices()
+
+    def meshes(self, device: str) -> tuple[tuple[int, int], ...]:
+        if device != "cuda":
+            return MESHES
+        import torch
+
+        return tuple(mesh for mesh in MESHES if mesh[0] * mesh[1] <= torch.cuda.device_count())
+
+    def run(self, subject_key: tuple[str, str], case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,
+            precision: Any) -> tuple[dict[str, np.ndarray] | None, Verdict]:
+        from fuzz.sharded.judge import gather_forward, gather_gradients, rank_cotangents
+        from fuzz.sharded.split import shard
+
+        jobs = []
+        for rank in range(split.world):
+            job: dict[str, Any] = {"subject": subject_key, "mesh": split.mesh, "case": shard(case, split, rank)}
+            if cotangents is not None:
+                job["cotangents"] = rank_cotangents(case, cotangents, split, rank)
+            jobs.append(job)
+        replies = pool_for(split.world, case.device).run(jobs, split.describe)
+        if cotangents is None:
+            return None, gather_forward(case, split, replies, split.describe, precision)
+        return gather_gradients(case, split, replies, split.describe)
+
+    def snippet(self, subject: Any, case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,
+                failures: list[str]) -> str:
+        from fuzz.sharded.snippets import torch_ranks_snippet
+
+        return torch_ranks_snippet(subject, case, split, cotangents, failures)
+
+
+ENGINE = TorchRanks()

@@ -11,9 +11,9 @@ import functools
 import importlib
 import pkgutil
 
-from impls.frameworks.base import INPUT_NAMES, CheckMode, Framework, Inputs, InputSnapshot, SnippetSyntax
+from impls.frameworks.base import VJP, CheckMode, Framework, Inputs, InputSnapshot, SnippetSyntax
 
-__all__ = ["FRAMEWORK_NAMES", "INPUT_NAMES", "CheckMode", "Framework", "InputSnapshot", "Inputs", "SnippetSyntax",
+__all__ = ["FRAMEWORK_NAMES", "VJP", "CheckMode", "Framework", "InputSnapshot", "Inputs", "SnippetSyntax",
            "adapter_class", "check_modes", "load_framework", "prepare_process"]
 
 

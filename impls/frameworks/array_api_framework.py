@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from impls.case import Case
-from impls.dtypes import numpy_dtype
 from impls.frameworks.base import CheckMode, Framework, Inputs, SnippetSyntax
+from reference.case import Case
+from reference.dtypes import numpy_dtype
 
 # Outputs of a buggy function may be anything (a Python float, a NumPy array): the snippet reads DLPack arrays
 # through DLPack, everything else as NumPy would, so it fails with its assertion rather than a TypeError.
@@ -43,11 +43,9 @@ class ArrayApiFramework(Framework):
             raise ValueError(f"Array API arrays have no strides: layout {case.layout!r} does not exist")
         dtype = numpy_dtype(case.dtype)
         # copy=True: the inputs own their memory, so nothing the harness does to its NumPy arrays reaches them
-        return (
-            self.xp.asarray(case.token_log_probs.astype(dtype), device=self.device, copy=True),
-            self.xp.asarray(case.advantages.astype(dtype), device=self.device, copy=True),
-            self.xp.asarray(case.token_mask, device=self.device, copy=True),
-        )
+        return tuple(self.xp.asarray(case.values[spec.name] if spec.kind == "bool"
+                                     else case.values[spec.name].astype(dtype), device=self.device, copy=True)
+                     for spec in case.contract.inputs)
 
     def zeros(self, shape: tuple[int, ...], dtype: str) -> Any:
         return self.xp.zeros(shape, dtype=getattr(self.xp, dtype), device=self.device)

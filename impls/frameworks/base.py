@@ -3,32 +3,44 @@ that nothing outside an adapter asks which framework it holds.
 
 An adapter reports facts (native inputs for a Case, values read back, snapshots of the inputs, devices, a
 compile counter, a floor kernel); judging those facts (what counts as modified, the messages) is the
-fuzzer's job (fuzz/checks.py).
+fuzzer's job (fuzz/judge/). It knows no function's names: the case's contract (reference/contract.py) says
+what the inputs and outputs are.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from impls.case import Case
-from impls.dtypes import DTYPE_NAMES
+from reference.case import Case
+from reference.contract import Contract
+from reference.dtypes import DTYPE_NAMES
 
-Inputs = tuple[Any, Any, Any]
-INPUT_NAMES: tuple[str, ...] = ("token_log_probs", "advantages", "token_mask")
+Inputs = tuple[Any, ...]  # one native array per contract input, in the contract's order
 
 
 @dataclass(frozen=True)
 class InputSnapshot:
-    """The inputs' values (float64, or bool for the mask) and, where the framework counts them, how many
+    """The inputs' values (float64, or bool for a mask) and, where the framework counts them, how many
     times each was written to (torch's version counters); None where it does not."""
 
     values: tuple[np.ndarray, ...]
     write_counts: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class VJP:
+    """What a backward pass gave: the function's result as it returned it, each differentiable input's
+    gradient (None where no output carries a gradient to it: the graph is cut), and the outputs that carry no
+    gradient at all (detached, computed without autograd); a framework that cannot tell says none."""
+
+    result: Any
+    gradients: dict[str, Any]
+    detached: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,8 +51,9 @@ class SnippetSyntax:
     Templates: `float_array` and `bool_array` take {values} (a nested list literal) and give a contiguous
     array of the case's dtype on its device; `strided` takes {buffer}, {shape}, {strides}, {offset},
     {byte_strides} and {writeable} and views a 1-D buffer in a layout (None where arrays have no strides:
-    then an empty array is `reshape` of it, {buffer} to {shape}); `as_float64` converts `x` to a float64 NumPy array.
-    `vjp` defines `forward_and_backward()` for `{function}` from the cotangent_* globals."""
+    then an empty array is `reshape` of it, {buffer} to {shape}); `as_float64` converts `x` to a float64 NumPy
+    array. `vjp` defines `forward_and_backward()` for `{function}` from the cotangent_* globals; it returns
+    one gradient per differentiable input, None for one the outputs carry no gradient to."""
 
     imports: tuple[str, ...]
     float_array: str
@@ -63,6 +76,20 @@ def numpy_dtype_expression(dtype: str) -> tuple[str, tuple[str, ...]]:
     if dtype == "bfloat16":
         return "ml_dtypes.bfloat16", ("import ml_dtypes",)
     return f"np.{dtype}", ()
+
+
+def snippet_outputs(contract: Contract, result: str) -> str:
+    """Python for `{output: value}` of a result named `result`: the mapping itself, or a one-entry dict."""
+    return result if contract.returns_mapping else f"{{{contract.outputs[0].name!r}: {result}}}"
+
+
+def named_outputs(contract: Contract, result: Any) -> Mapping[str, Any]:
+    """The result as {output: value} for a backward pass; TypeError where it is not the contract's structure
+    (a backward cannot start from it)."""
+    named = contract.outputs_of(result)
+    if named is None or any(name not in named for name in contract.output_names):
+        raise TypeError(f"returned {type(result).__name__}, expected {contract.expected_result}")
+    return named
 
 
 @dataclass(frozen=True)
@@ -98,7 +125,8 @@ class Framework:
         return ["cpu"]
 
     def materialize(self, case: Case, *, requires_grad: bool = False) -> Inputs:
-        """Native inputs for the case: its dtype, device and layout (poison in the gaps a layout skips)."""
+        """Native inputs for the case, in its contract's order: its dtype, device and layout (poison in the gaps
+        a layout skips); with `requires_grad`, the differentiable ones tracked by autograd."""
         raise NotImplementedError
 
     def zeros(self, shape: tuple[int, ...], dtype: str) -> Any:
@@ -139,12 +167,12 @@ class Framework:
         raise NotImplementedError
 
     # --- running a user's function --------------------------------------------------------------------
-    def wrap(self, fn: Callable, mode: str) -> Callable:
+    def wrap(self, fn: Callable, mode: str, contract: Contract) -> Callable:
         """`fn` as `check --framework mode` runs it (compiled, where the mode says so)."""
         return fn
 
-    def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray]) -> tuple[Any, Any, Any]:
-        """(outputs, d token_log_probs, d advantages) for float64 cotangents of all three outputs."""
+    def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray], contract: Contract) -> VJP:
+        """The backward pass of `fn` on `inputs` for float64 cotangents of every output (by name)."""
         raise NotImplementedError(f"{self.name} has no autograd")
 
     def synchronize(self, value: Any) -> None:

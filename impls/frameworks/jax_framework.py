@@ -19,19 +19,35 @@ from typing import Any
 
 import numpy as np
 
-from impls.case import Case
-from impls.dtypes import numpy_dtype
-from impls.frameworks.base import NUMPY_AS_FLOAT64, CheckMode, Framework, Inputs, SnippetSyntax, numpy_dtype_expression
-
-# A snippet's backward pass ({function} is the function's name; the cotangent_* globals are float64 arrays).
-SNIPPET_VJP = (
-    "",
-    "def forward_and_backward():",
-    "    out, pullback = jax.vjp(lambda lp, adv: {function}(lp, adv, token_mask),",
-    "                            token_log_probs, advantages)",
-    "    return pullback({{k: jnp.asarray(globals()['cotangent_' + k], dtype=v.dtype)",
-    "                     for k, v in out.items()}})",
+from impls.frameworks.base import (
+    NUMPY_AS_FLOAT64,
+    VJP,
+    CheckMode,
+    Framework,
+    Inputs,
+    SnippetSyntax,
+    named_outputs,
+    numpy_dtype_expression,
+    snippet_outputs,
 )
+from reference.case import Case
+from reference.contract import Contract
+from reference.dtypes import numpy_dtype
+
+
+def _snippet_vjp(contract: Contract) -> tuple[str, ...]:
+    """A snippet's backward pass ({function} is the function's name; the cotangent_* globals are float64
+    arrays): jax.vjp over the differentiable inputs, the others held fixed."""
+    differentiable = [spec.name for spec in contract.differentiable_inputs]
+    call = "{function}(" + ", ".join(contract.input_names) + ")"
+    return (
+        "",
+        "def forward_and_backward():",
+        f"    def differentiable_part({', '.join(differentiable)}):",
+        f"        return {snippet_outputs(contract, call)}",
+        f"    out, pullback = jax.vjp(differentiable_part, {', '.join(differentiable)})",
+        "    return pullback({{k: jnp.asarray(globals()['cotangent_' + k], dtype=v.dtype) for k, v in out.items()}})",
+    )
 
 
 HOST_DEVICE_FLAG = "--xla_force_host_platform_device_count"
@@ -89,11 +105,9 @@ class JaxFramework(Framework):
         device = self._device(case.device)
         dtype = numpy_dtype(case.dtype)
         with self.scope(case):  # a float64 array exists only under x64
-            return (
-                self.jax.device_put(case.token_log_probs.astype(dtype), device),
-                self.jax.device_put(case.advantages.astype(dtype), device),
-                self.jax.device_put(case.token_mask, device),
-            )
+            return tuple(self.jax.device_put(case.values[spec.name] if spec.kind == "bool"
+                                             else case.values[spec.name].astype(dtype), device)
+                         for spec in case.contract.inputs)
 
     def zeros(self, shape: tuple[int, ...], dtype: str) -> Any:
         return self.jnp.zeros(shape, dtype=bool if dtype == "bool" else numpy_dtype(dtype))
@@ -113,7 +127,7 @@ class JaxFramework(Framework):
             (*hosts, "import jax", *x64, "import jax.numpy as jnp", "import numpy as np", *extra),
             put.format(dtype=dtype, platform=platform, index=index),
             put.format(dtype="bool", platform=platform, index=index), None,
-            NUMPY_AS_FLOAT64, ("ArrayImpl", "Array"), vjp=SNIPPET_VJP)
+            NUMPY_AS_FLOAT64, ("ArrayImpl", "Array"), vjp=_snippet_vjp(case.contract))
 
     def is_array(self, value: object) -> bool:
         return isinstance(value, self.jax.Array)
@@ -131,30 +145,38 @@ class JaxFramework(Framework):
     def to_float64(self, value: Any) -> np.ndarray:
         return np.asarray(value).astype(np.float64)
 
-    def wrap(self, fn: Callable, mode: str) -> Callable:
+    def wrap(self, fn: Callable, mode: str, contract: Contract) -> Callable:
         return self.jax.jit(fn)
 
     def synchronize(self, value: Any) -> None:
         self.jax.block_until_ready(value)
 
     @functools.lru_cache(maxsize=64)  # noqa: B019  (adapters live for the whole process)
-    def _jitted_vjp(self, fn: Callable) -> Callable:
-        """jax.vjp of fn under jit: forward and backward compile once per shape, together."""
+    def _jitted_vjp(self, fn: Callable, contract: Contract) -> Callable:
+        """jax.vjp of fn over the contract's differentiable inputs, under jit: forward and backward compile once
+        per shape, together."""
+        positions = [index for index, spec in enumerate(contract.inputs) if spec.differentiable]
 
-        def forward_and_backward(log_probs: Any, advantages: Any, mask: Any, cotangents: Any) -> Any:
-            outputs, pullback = self.jax.vjp(lambda lp, adv: fn(lp, adv, mask), log_probs, advantages)
-            return outputs, *pullback({key: cotangents[key].astype(value.dtype) for key, value in outputs.items()})
+        def forward_and_backward(arguments: tuple[Any, ...], cotangents: Any) -> Any:
+            def differentiable_part(*varied: Any) -> dict[str, Any]:
+                full = list(arguments)
+                for index, value in zip(positions, varied):
+                    full[index] = value
+                outputs = named_outputs(contract, fn(*full))
+                return {key: outputs[key] for key in contract.output_names}  # a plain dict: any Mapping in
+
+            outputs, pullback = self.jax.vjp(differentiable_part, *[arguments[i] for i in positions])
+            return outputs, pullback({key: cotangents[key].astype(value.dtype) for key, value in outputs.items()})
 
         return self.jax.jit(forward_and_backward)
 
-    def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray]) -> tuple[Any, Any, Any]:
-        log_probs, advantages, mask = inputs
-        device = next(iter(log_probs.devices()))
-        # float64 cotangents: converted to each output's dtype inside (only under x64 do they stay float64)
-        on_device = {key: self.jax.device_put(np.asarray(value, dtype=np.float64), device)
-                     for key, value in cotangents.items()}
-        outputs, grad_log_probs, grad_advantages = self._jitted_vjp(fn)(log_probs, advantages, mask, on_device)
-        return outputs, grad_log_probs, grad_advantages
+    def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray], contract: Contract) -> VJP:
+        # float64 cotangents, uncommitted (jit puts them where the inputs are, on one device or a mesh), converted to
+        # each output's dtype inside (only under x64 do they stay float64)
+        host = {key: np.asarray(value, dtype=np.float64) for key, value in cotangents.items()}
+        result, grads = self._jitted_vjp(fn, contract)(tuple(inputs), host)
+        names = [spec.name for spec in contract.differentiable_inputs]
+        return VJP(result, dict(zip(names, grads)))
 
     def floor_kernel(self, device: str, elements: int) -> Callable[[], object]:
         data = self.jax.device_put(np.full(elements, 1.0, dtype=np.float32), self._device(device))

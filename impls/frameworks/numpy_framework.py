@@ -7,8 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from impls.case import Case
-from impls.dtypes import numpy_dtype
 from impls.frameworks.base import (
     NUMPY_AS_FLOAT64,
     NUMPY_STRIDED,
@@ -19,6 +17,8 @@ from impls.frameworks.base import (
     numpy_dtype_expression,
 )
 from impls.layouts import LAYOUTS, numpy_view, strided_view
+from reference.case import Case
+from reference.dtypes import numpy_dtype
 
 
 class NumpyFramework(Framework):
@@ -30,10 +30,9 @@ class NumpyFramework(Framework):
 
     def materialize(self, case: Case, *, requires_grad: bool = False) -> Inputs:
         dtype = numpy_dtype(case.dtype)
-        log_probs = numpy_view(strided_view(case.token_log_probs.astype(dtype), case.layout, np.nan))
-        advantages = numpy_view(strided_view(case.advantages.astype(dtype), case.layout, np.nan))
-        mask = numpy_view(strided_view(case.token_mask, case.layout, True))
-        return log_probs, advantages, mask
+        return tuple(numpy_view(strided_view(case.values[spec.name] if spec.kind == "bool"
+                                             else case.values[spec.name].astype(dtype), case.layout, spec.poison))
+                     for spec in case.contract.inputs)
 
     def zeros(self, shape: tuple[int, ...], dtype: str) -> Any:
         return np.zeros(shape, dtype=bool if dtype == "bool" else numpy_dtype(dtype))

@@ -17,9 +17,19 @@ from typing import Any
 
 import numpy as np
 
-from impls.case import Case
-from impls.frameworks.base import CheckMode, Framework, Inputs, InputSnapshot, SnippetSyntax
+from impls.frameworks.base import (
+    VJP,
+    CheckMode,
+    Framework,
+    Inputs,
+    InputSnapshot,
+    SnippetSyntax,
+    named_outputs,
+    snippet_outputs,
+)
 from impls.layouts import STRIDED_LAYOUTS_WITHOUT_NEGATIVE, strided_view
+from reference.case import Case
+from reference.contract import Contract
 
 # 4 dtypes x 5 stride patterns x 2 count dtypes x {inference, autograd} x 2 devices stays below this, and
 # so does a user's function compiled plainly (sizes 0 and 1 specialized) under `check`.
@@ -27,21 +37,24 @@ RECOMPILE_LIMIT = 256
 COMPILE_MODE = "torch-compile"
 
 
-# A snippet's backward pass ({function} is the function's name; the cotangent_* globals are float64 arrays).
-SNIPPET_VJP = (
-    "token_log_probs.requires_grad_(True)",
-    "advantages.requires_grad_(True)",
-    "",
-    "def forward_and_backward():",
-    "    out = {function}(token_log_probs, advantages, token_mask)",
-    "    keys = [k for k in ['sequence_summed', 'token_averaged', 'magnitude_ratio'] if out[k].requires_grad]",
-    "    grads = torch.autograd.grad(",
-    "        [out[k] for k in keys], [token_log_probs, advantages], allow_unused=True,",
-    "        grad_outputs=[torch.tensor(globals()['cotangent_' + k], dtype=out[k].dtype, device=out[k].device)",
-    "                      for k in keys])",
-    "    inputs = (token_log_probs, advantages)",
-    "    return [torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs)]",
-)
+def _snippet_vjp(contract: Contract) -> tuple[str, ...]:
+    """A snippet's backward pass ({function} is the function's name; the cotangent_* globals are float64 arrays):
+    torch.autograd.grad of the outputs that require grad, None for an input no output reaches."""
+    differentiable = ", ".join(spec.name for spec in contract.differentiable_inputs)
+    return (
+        *[f"{spec.name}.requires_grad_(True)" for spec in contract.differentiable_inputs],
+        "",
+        "def forward_and_backward():",
+        f"    out = {snippet_outputs(contract, '{function}(' + ', '.join(contract.input_names) + ')')}",
+        f"    keys = [k for k in {list(contract.output_names)!r} if out[k].requires_grad]",
+        f"    inputs = [{differentiable}]",
+        "    if not keys:",
+        "        return [None] * len(inputs)",
+        "    return torch.autograd.grad(",
+        "        [out[k] for k in keys], inputs, allow_unused=True,",
+        "        grad_outputs=[torch.tensor(globals()['cotangent_' + k], dtype=out[k].dtype, device=out[k].device)",
+        "                      for k in keys])",
+    )
 
 
 class TorchFramework(Framework):
@@ -72,14 +85,12 @@ class TorchFramework(Framework):
         return buffer.as_strided(view.shape, view.strides, view.offset)
 
     def materialize(self, case: Case, *, requires_grad: bool = False) -> Inputs:
-        dtype = getattr(self.torch, case.dtype)
-        log_probs = self._tensor(case.token_log_probs, dtype, case.layout, np.nan, case.device)
-        advantages = self._tensor(case.advantages, dtype, case.layout, np.nan, case.device)
-        mask = self._tensor(case.token_mask, self.torch.bool, case.layout, True, case.device)
-        if requires_grad:
-            log_probs.requires_grad_(True)
-            advantages.requires_grad_(True)
-        return log_probs, advantages, mask
+        tensors = []
+        for spec in case.contract.inputs:
+            dtype = self.torch.bool if spec.kind == "bool" else getattr(self.torch, case.dtype)
+            tensor = self._tensor(case.values[spec.name], dtype, case.layout, spec.poison, case.device)
+            tensors.append(tensor.requires_grad_(True) if requires_grad and spec.differentiable else tensor)
+        return tuple(tensors)
 
     def zeros(self, shape: tuple[int, ...], dtype: str) -> Any:
         return self.torch.zeros(shape, dtype=getattr(self.torch, dtype))
@@ -102,7 +113,7 @@ class TorchFramework(Framework):
             f"torch.tensor({{values}}, dtype=torch.bool{device})", "{buffer}.as_strided({shape}, {strides}, {offset})",
             "np.asarray(x.detach().to('cpu', torch.float64)) if isinstance(x, torch.Tensor) "
             "else np.asarray(x, dtype=np.float64)",
-            ("Tensor",), counts_writes=True, vjp=SNIPPET_VJP)
+            ("Tensor",), counts_writes=True, vjp=_snippet_vjp(case.contract))
 
     def is_array(self, value: object) -> bool:
         return isinstance(value, self.torch.Tensor)
@@ -122,29 +133,30 @@ class TorchFramework(Framework):
     def snapshot(self, inputs: Inputs) -> InputSnapshot:
         return InputSnapshot(super().snapshot(inputs).values, tuple(x._version for x in inputs))
 
-    def wrap(self, fn: Callable, mode: str) -> Callable:
-        return compile_for_fuzzing(fn) if mode == COMPILE_MODE else fn
+    def wrap(self, fn: Callable, mode: str, contract: Contract) -> Callable:
+        return compile_for_fuzzing(fn, contract) if mode == COMPILE_MODE else fn
 
     def synchronize(self, value: Any) -> None:
         if self.torch.cuda.is_available():
             self.torch.cuda.synchronize()
 
-    def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray]) -> tuple[Any, Any, Any]:
-        log_probs, advantages, _ = inputs
-        outputs = fn(*inputs)
-        keys = [key for key in cotangents if outputs[key].requires_grad]
-        grads = [None, None]
-        if keys:
-            grads = self.torch.autograd.grad(
-                [outputs[key] for key in keys],
-                [log_probs, advantages],
-                grad_outputs=[
-                    self.torch.tensor(cotangents[key], dtype=outputs[key].dtype, device=outputs[key].device)
-                    for key in keys
-                ],
-                allow_unused=True,
-            )
-        return outputs, *[self.torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs)]
+    def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray], contract: Contract) -> VJP:
+        result = fn(*inputs)
+        outputs = named_outputs(contract, result)
+        tracked = [key for key in contract.output_names
+                   if isinstance(outputs[key], self.torch.Tensor) and outputs[key].requires_grad]
+        positions = [index for index, spec in enumerate(contract.inputs) if spec.differentiable]
+        grads: list[Any] = [None] * len(positions)
+        if tracked:
+            grads = list(self.torch.autograd.grad(
+                [outputs[key] for key in tracked],
+                [inputs[index] for index in positions],
+                grad_outputs=[self.torch.tensor(cotangents[key], dtype=outputs[key].dtype, device=outputs[key].device)
+                              for key in tracked],
+                allow_unused=True,  # an input no output reaches: None, which the checks report as such
+            ))
+        detached = tuple(key for key in contract.output_names if key not in tracked)
+        return VJP(result, {contract.inputs[i].name: g for i, g in zip(positions, grads)}, detached)
 
     def floor_kernel(self, device: str, elements: int) -> Callable[[], object]:
         data = self.torch.full((elements,), 1.0, dtype=self.torch.float32, device=device)
@@ -172,7 +184,7 @@ def _is_data_dependent_guard(error: BaseException | None) -> bool:
     return False
 
 
-def compile_for_fuzzing(fn: Callable[..., Any]) -> Callable[..., Any]:
+def compile_for_fuzzing(fn: Callable[..., Any], contract: Contract) -> Callable[..., Any]:
     """A user's function under torch.compile(fullgraph=True, dynamic=True), as cheaply as it allows.
 
     Unbacked sizes first (fewest recompiles: impls/torch_compile.py's technique); code that inductor cannot
@@ -183,7 +195,7 @@ def compile_for_fuzzing(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     from impls.torch_compile import compile_with_unbacked_sizes
 
-    unbacked = compile_with_unbacked_sizes(fn)
+    unbacked = compile_with_unbacked_sizes(fn, tuple(spec.dims for spec in contract.inputs))
     plain = torch.compile(fn, fullgraph=True, dynamic=True)
     use_plain = False
 

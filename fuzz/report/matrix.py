@@ -1,14 +1,11 @@
-"""The conformance matrix (rows implementation x device, columns dtypes) and the JSON report."""
+"""The conformance matrix (rows implementation x device x check, columns dtypes) and every distinct bug."""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Sequence
 
-from fuzz.campaign import Bug, CellResult
-from fuzz.failures import for_terminal, is_compile_failure, shorten
+from fuzz.report.results import Bug, CellResult
+from fuzz.report.texts import for_terminal, is_compile_failure, shorten
 
 
 def _ulps(value: float) -> str:
@@ -26,15 +23,15 @@ def _cell_text(cell: CellResult | None) -> str:
 
 def render_matrix(results: Sequence[CellResult], dtypes: Sequence[str], notes: dict[str, str]) -> str:
     """One row per (implementation, device, check); a cell gives examples run and worst err/tol, or FAIL."""
-    rows: dict[tuple[str, str, str], dict[str, CellResult]] = {}
+    rows: dict[tuple[str, str, str, str], dict[str, CellResult]] = {}
     for cell in results:
-        rows.setdefault((cell.subject, cell.device, cell.check), {})[cell.dtype] = cell
-    header = ["implementation", "device", "check", *dtypes, "layouts"]
+        rows.setdefault((cell.subject, cell.contract, cell.device, cell.check), {})[cell.dtype] = cell
+    header = ["implementation", "contract", "device", "check", *dtypes, "layouts"]
     table = [header]
-    for (subject, device, check), cells in rows.items():
+    for (subject, contract, device, check), cells in rows.items():
         layouts = next(iter(cells.values())).layouts
         layout_text = ", ".join(layouts) + (f" ({notes[subject]})" if subject in notes else "")
-        table.append([subject, device, check, *[_cell_text(cells.get(d)) for d in dtypes], layout_text])
+        table.append([subject, contract, device, check, *[_cell_text(cells.get(d)) for d in dtypes], layout_text])
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     lines = []
     for index, row in enumerate(table):
@@ -92,43 +89,3 @@ def render_failures(results: Sequence[CellResult]) -> str:
                 + "\n  reproduce with this snippet:\n\n" + bug.snippet
             )
     return "\n".join(parts)
-
-
-def unwritable_reason(path: str) -> str | None:
-    """Why a report could not be written at `path` (checked before any fuzzing, so a run never ends with its
-    verdict lost), or None where it can be: a file in an existing, writable folder, and not a folder itself."""
-    if not path:
-        return "the path is empty"
-    full = os.path.abspath(path)
-    folder = os.path.dirname(full)
-    if os.path.isdir(full):
-        return f"{path} is a directory"
-    if not os.path.isdir(folder):
-        return f"the folder {folder} does not exist"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"the folder {folder} is not writable"
-    if os.path.exists(full) and not os.access(full, os.W_OK):
-        return f"{path} exists and is not writable"
-    return None
-
-
-def write_atomically(path: str, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and a rename: a reader never sees a
-    half-written report, and a failed write leaves the old file (if any) as it was."""
-    folder = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=folder)
-    try:
-        with os.fdopen(handle, "w") as file:
-            file.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # as open() would make it, not mkstemp's private 0600
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
-def write_json(path: str, results: Sequence[CellResult], meta: dict[str, object]) -> None:
-    write_atomically(path, json.dumps({**meta, "ok": all(cell.ok for cell in results),
-                                       "cells": [cell.as_json() for cell in results]}, indent=2))

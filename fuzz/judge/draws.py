@@ -1,12 +1,11 @@
-"""Hypothesis strategies for framework-neutral Cases.
+"""Hypothesis strategies for framework-neutral Cases of any contract, and their cotangents.
 
 Structure (shape, dtype, layout, kinds of values and masks, densities) is drawn by Hypothesis with a
 label on every draw, so it shrinks toward small, plain cases; the bulk values come from a NumPy generator
-seeded by a drawn seed, since drawing thousands of floats one by one is slow and shrinks no better.
-
-Magnitude bound (overflow is outside the contract): per row, |A_i| * sum_t |l_it| <= largest(dtype) / 64,
-and the whole batch's sum of those stays below largest(accumulation dtype) / 64, so every exact result and
-partial sum is representable. Values are normal or exactly 0: no subnormal inputs.
+seeded by a drawn seed, since drawing thousands of floats one by one is slow and shrinks no better. What
+values an input takes, and the magnitude bound that keeps every exact result representable, are the
+contract's (its Domain); the shapes, masks, padding and layouts are the same for every contract. Values are
+normal or exactly 0: no subnormal inputs.
 """
 
 from __future__ import annotations
@@ -18,22 +17,21 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from impls.case import Case
-from impls.dtypes import accumulation_dtype, largest, round_to, smallest_normal
+from reference.case import Case
+from reference.contract import Contract
+from reference.contracts import DEFAULT_CONTRACT
+from reference.dtypes import largest, round_to, smallest_normal
+from reference.values import draw_values
 
 SHAPE_KINDS = ("tiny", "batch == tokens", "batch of 1", "empty", "general", "one long row")
-VALUE_KINDS = ("log-probs", "small integers", "general")
 MASK_KINDS = ("all true", "random density", "prefix lengths", "some rows empty", "single token", "all false")
 PADDING_KINDS = ("finite", "huge finite", "-inf", "nan")
-ADVANTAGE_KINDS = ("mixed signs", "some exactly 0", "all 0", "all equal")
 
 # Sizes come from short menus (buckets): a compiled function (jax.jit, torch.compile) compiles once per shape
 # it sees (~0.1 s forward, ~0.2 s with the backward in XLA), so the number of distinct shapes, not the number
 # of examples, sets what a cell costs. The menus keep every edge: 0 and 1, batch == tokens, sizes off any
 # vector width (3, 7, 33, 1031), powers of two (16, 512, 4096), rows of 16 tokens and more (where a
-# half-precision running sum shows), and one long row. Measured with fuzz/strategies.py's draws plus the
-# relations' shapes (seed 0-2): 35 / 65 / 68 distinct shapes in 40 / 200 / 400 examples, against 41 / 78 / 96
-# with the wider menus of before (batch 1-5, 8, 16, 32; tokens 1-4, 7, 16, 33, 128, 300).
+# half-precision running sum shows), and one long row.
 BATCH_SIZES = (1, 2, 3, 4, 8, 16)  # closed under halving, for the "split the batch" relation
 TOKEN_SIZES = (1, 3, 7, 16, 33, 300)
 LONG_ROW_SIZES = (512, 1031, 4096)
@@ -42,11 +40,6 @@ SQUARE_SIZES = tuple(sorted(set(BATCH_SIZES) & set(TOKEN_SIZES)))  # the "batch 
 
 BOOLEANS = st.booleans()
 SEEDS = st.integers(0, 2**32 - 1)
-
-
-def next_token_size(tokens: int) -> int:
-    """The next bucket above `tokens`: where a case padded with masked columns lands."""
-    return next((size for size in (*TOKEN_SIZES, *LONG_ROW_SIZES) if size > tokens), 2 * tokens)
 
 Draw = Callable[[st.SearchStrategy, str], Any]
 
@@ -74,7 +67,6 @@ def _weighted(kinds: Sequence[str], weights: dict[str, int]) -> tuple[str, ...]:
 
 SHAPE_KIND_MENU = _weighted(SHAPE_KINDS, {"general": 3, "one long row": 2})
 MASK_MENU = _weighted(MASK_KINDS, {"random density": 2, "prefix lengths": 2})
-ADVANTAGE_MENU = _weighted(ADVANTAGE_KINDS, {"mixed signs": 3})
 
 
 def draw_shape(draw: Draw) -> tuple[int, int]:
@@ -93,16 +85,6 @@ def draw_shape(draw: Draw) -> tuple[int, int]:
     if kind == "general":
         return draw(choice(BATCH_SIZES), "batch"), draw(choice(TOKEN_SIZES), "tokens")
     return draw(choice(BATCH_SIZES[:4]), "batch"), draw(choice(LONG_ROW_SIZES), "tokens")
-
-
-def _values(rng: np.random.Generator, kind: str, shape: tuple[int, ...], zero_fraction: float) -> np.ndarray:
-    if kind == "log-probs":
-        values = -rng.exponential(rng.choice([0.05, 1.0, 8.0]), shape)
-    elif kind == "small integers":
-        values = rng.integers(-8, 1, shape).astype(np.float64)
-    else:
-        values = rng.choice([-1.0, 1.0], shape) * np.exp2(rng.uniform(-12, 12, shape))
-    return np.where(rng.random(shape) < zero_fraction, 0.0, values)
 
 
 def _flush_subnormals(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -135,8 +117,13 @@ def draw_case(
     dtypes: Sequence[str],
     layouts: Sequence[str],
     devices: Sequence[str] = ("cpu",),
+    contract: Contract | None = None,
+    masked_values: str = "any",
 ) -> Case:
-    """Draw one Case; `draw(strategy, label)` is Hypothesis' draw with a label for the story."""
+    """Draw one Case of `contract` (the default one if None); `draw(strategy, label)` is Hypothesis' draw with a
+    label for the story. `masked_values`: "any" puts finite, huge, -inf or NaN values at masked positions;
+    "finite" only finite ones (for code whose padding is finite by construction)."""
+    contract = contract or DEFAULT_CONTRACT
     story: list[tuple[str, object]] = []
 
     def labelled(strategy: st.SearchStrategy, label: str) -> Any:
@@ -144,59 +131,46 @@ def draw_case(
         story.append((label, value))
         return value
 
+    menus = contract.domain.menus
+    token_inputs = [spec for spec in contract.inputs if spec.role == "tokens"]
+    row_inputs = [spec for spec in contract.inputs if spec.role == "rows"]
     dtype = labelled(choice(tuple(dtypes)), "dtype")
     device = labelled(choice(tuple(devices)), "device")
     layout = labelled(choice(tuple(layouts)), "layout")
     batch, tokens = draw_shape(labelled)
-    value_kind = labelled(choice(VALUE_KINDS), "log-prob values")
+    token_kinds = {spec.name: labelled(choice(menus[spec.name].kinds), menus[spec.name].label)
+                   for spec in token_inputs}
     mask_kind = labelled(choice(MASK_MENU), "mask")
     density = labelled(choice((0.7, 0.05, 0.5, 0.95)), "mask density")
-    padding_kind = labelled(choice(PADDING_KINDS), "masked-out values")
+    padding_kind = labelled(choice(PADDING_KINDS if masked_values == "any" else PADDING_KINDS[:2]),
+                            "masked-out values")
     zero_fraction = labelled(choice((0.0, 0.2, 1.0)), "exact zeros")
-    advantage_kind = labelled(choice(ADVANTAGE_MENU), "advantages")
+    row_kinds = {spec.name: labelled(choice(menus[spec.name].kinds), menus[spec.name].label) for spec in row_inputs}
     seed = labelled(SEEDS, "seed")
 
     rng = np.random.default_rng(seed)
     rows = 1 if layout == "expanded" else batch  # expanded (stride 0) needs equal rows
-    log_probs = _values(rng, value_kind, (rows, tokens), zero_fraction)
+    values = {spec.name: menus[spec.name].make(rng, token_kinds[spec.name], (rows, tokens), zero_fraction)
+              for spec in token_inputs}
     mask = _mask(rng, mask_kind, (rows, tokens), density)
-    advantages = rng.normal(0.0, rng.choice([0.1, 1.0, 16.0]), rows)
-    if advantage_kind == "some exactly 0":
-        advantages[rng.random(rows) < 0.5] = 0.0
-    elif advantage_kind == "all 0":
-        advantages[:] = 0.0
-    if advantage_kind == "all equal" or layout == "expanded":
-        advantages[:] = advantages[:1] if rows else advantages
-
-    # Scale by a power of two so the bound in the module docstring holds (exact, keeps values normal).
-    row_magnitudes = np.abs(advantages) * np.abs(np.where(mask, log_probs, 0)).sum(axis=1) if tokens else 0
-    worst = max(float(np.max(row_magnitudes, initial=0.0)) * 64 / largest(dtype),
-                float(np.sum(row_magnitudes)) * (batch // max(rows, 1)) * 64 / largest(accumulation_dtype(dtype)))
-    if worst > 1:
-        advantages = advantages * 2.0 ** -np.ceil(np.log2(worst) / 2)
-        log_probs = log_probs * 2.0 ** -np.ceil(np.log2(worst) / 2)
-    log_probs = _flush_subnormals(log_probs, dtype)
-    advantages = _flush_subnormals(advantages, dtype)
-
-    padding = _values(rng, "general", (rows, tokens), 0.0) * (1e4 if padding_kind == "huge finite" else 1.0)
-    padding = round_to(np.clip(padding, -largest(dtype) / 2, largest(dtype) / 2), dtype)
-    padding = {"-inf": -np.inf, "nan": np.nan}.get(padding_kind, padding)
-    log_probs = np.where(mask, log_probs, padding)
+    values.update({spec.name: menus[spec.name].make(rng, row_kinds[spec.name], (rows,), zero_fraction)
+                   for spec in row_inputs})
+    values = contract.domain.bound(values, mask, dtype, batch // max(rows, 1))
+    values = {name: _flush_subnormals(value, dtype) for name, value in values.items()}
+    for spec in token_inputs:
+        padding = draw_values(rng, "general", (rows, tokens), 0.0) * (1e4 if padding_kind == "huge finite" else 1.0)
+        padding = round_to(np.clip(padding, -largest(dtype) / 2, largest(dtype) / 2), dtype)
+        padding = {"-inf": -np.inf, "nan": np.nan}.get(padding_kind, padding)
+        values[spec.name] = np.where(mask, values[spec.name], padding)
+    values[contract.mask.name] = mask
     if rows != batch:
-        log_probs, mask = np.repeat(log_probs, batch, axis=0), np.repeat(mask, batch, axis=0)
-        advantages = np.repeat(advantages, batch)
+        values = {name: np.repeat(value, batch, axis=0) for name, value in values.items()}
     if batch == 0 or tokens == 0:  # the drawn mask kind is vacuous there: say what the mask is
         empty = "no rows (batch 0)" if batch == 0 else "every row has no tokens (tokens 0)"
         story = [(label, empty if label == "mask" else value) for label, value in story]
-    return Case(
-        token_log_probs=log_probs.reshape(batch, tokens),
-        advantages=advantages.reshape(batch),
-        token_mask=mask.reshape(batch, tokens),
-        dtype=dtype,
-        layout=layout,
-        device=device,
-        story=tuple(story),
-    )
+    sizes = {"batch": batch, "tokens": tokens}
+    shaped = {spec.name: values[spec.name].reshape(tuple(sizes[dim] for dim in spec.dims)) for spec in contract.inputs}
+    return Case(contract=contract, dtype=dtype, layout=layout, device=device, story=tuple(story), **shaped)
 
 
 @st.composite
@@ -205,6 +179,17 @@ def cases(
     dtypes: Sequence[str] = ("float32",),
     layouts: Sequence[str] = ("contiguous",),
     devices: Sequence[str] = ("cpu",),
+    contract: Contract | None = None,
+    masked_values: str = "any",
 ) -> Case:
     """A strategy of Cases (labels are kept in Case.story)."""
-    return draw_case(lambda strategy, label: draw(strategy), dtypes=dtypes, layouts=layouts, devices=devices)
+    return draw_case(lambda strategy, label: draw(strategy), dtypes=dtypes, layouts=layouts, devices=devices,
+                     contract=contract, masked_values=masked_values)
+
+
+def draw_cotangents(data: st.DataObject, case: Case) -> dict[str, np.ndarray]:
+    """A cotangent per output of the case's contract: a labelled kind (all outputs, some, zero), then values."""
+    contract = case.contract
+    kind = data.draw(choice(contract.cotangent_kinds), label="cotangents")
+    seed = data.draw(SEEDS, label="cotangent seed")
+    return contract.cotangents(kind, np.random.default_rng(seed), case)

@@ -25,10 +25,13 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from fuzz.calls import DEFAULT_TIMEOUT, Call, Watcher
-from fuzz.campaign import CellResult
-from fuzz.cells import CellTask, build_subject, run_cell, snippet_source
-from fuzz.interrupted import CRASH, TIMEOUT, SnippetSource, died, interrupted_cell, timed_out
+from fuzz.report.results import CellResult
+from fuzz.report.snippet import SnippetSource
+from fuzz.run.calls import DEFAULT_TIMEOUT, Call, Watcher
+from fuzz.run.cell import fuzz_task, progress
+from fuzz.run.interrupted import CRASH, TIMEOUT, died, interrupted_cell, timed_out
+from fuzz.run.plan import CellTask
+from fuzz.run.subjects import build_subject, snippet_source
 from impls.cores import usable_cores
 
 
@@ -39,6 +42,18 @@ class WorkerError(RuntimeError):
 def default_jobs() -> int:
     """Two workers where two cores are ours, else one."""
     return min(2, usable_cores())
+
+
+def run_cell(task: CellTask, watcher: Watcher) -> CellResult:
+    """Fuzz one cell of a subject named by its spec (built once per process), printing a progress line; a
+    sharded cell runs on its engine's ranks."""
+    if task.engine is not None:
+        from fuzz.sharded.cell import run_sharded_cell
+
+        cell = run_sharded_cell(task)
+        progress(task, cell)
+        return cell
+    return fuzz_task(build_subject(task.subject), task, watcher)
 
 
 class PipeWatcher(Watcher):
@@ -66,7 +81,8 @@ def _worker_main(connection: Connection, storage: str) -> None:
         if task is None:
             return
         try:
-            connection.send(("subject", snippet_source(build_subject(task.subject))))
+            if task.engine is None:  # a sharded cell's calls run on ranks: it reports their failures itself
+                connection.send(("subject", snippet_source(build_subject(task.subject))))
             connection.send(("result", run_cell(task, watcher)))
         except BaseException:  # the harness's own failure (the function's are verdicts): the parent exits 3
             connection.send(("error", traceback.format_exc()))
@@ -107,8 +123,8 @@ def _failed(worker: _Worker, failure: str, kind: str, call: Call | None) -> Cell
     assert task is not None
     source = worker.source or SnippetSource(task.subject.name, "", (), "", None, ())
     call = call if worker.source is not None else None
-    return interrupted_cell(source, task.device, task.dtype, task.check, call, failure, kind,
-                            seconds=time.monotonic() - worker.cell_started)
+    return interrupted_cell(source, task, call, failure, kind, seconds=time.monotonic() - worker.cell_started,
+                            contract=task.subject.bound_contract.label)
 
 
 def run_cells(tasks: Sequence[CellTask], *, jobs: int, fail_fast: bool = False, timeout: float = DEFAULT_TIMEOUT,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from impls.case import Case
+from reference.case import Case
 
 # A first torch.compile of the contract (forward and backward, AOT autograd) took 25 to 40 s with an empty
 # cache on the 2-core development machine under the load of other jobs; jax.jit's first compile takes a
@@ -98,8 +98,8 @@ class WatchedAdapter:
         self._case = case
         return self._adapter.materialize(case, **options)
 
-    def vjp(self, fn: Callable[..., Any], inputs: Any, cotangents: dict[str, np.ndarray]) -> Any:
-        return self.watch(cotangents, lambda: self._adapter.vjp(fn, inputs, cotangents))
+    def vjp(self, fn: Callable[..., Any], inputs: Any, cotangents: dict[str, np.ndarray], contract: Any) -> Any:
+        return self.watch(cotangents, lambda: self._adapter.vjp(fn, inputs, cotangents, contract))
 
     def watch(self, cotangents: dict[str, np.ndarray] | None, thunk: Callable[[], Any]) -> Any:
         if self._busy or self._case is None:

@@ -1,0 +1,88 @@
+"""The forward checks of one call: the function on a case's native inputs, judged for structure, unchanged
+inputs, finiteness and values within the one tolerance model (reference/tolerance.py, the contract's
+bounds), and, with `repeat`, determinism (a second call on the same inputs gives the same bits)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fuzz.judge.outputs import ReadBack, check_outputs, modified_inputs
+from fuzz.judge.verdict import FORWARD_OVERFLOW, NON_FINITE, Verdict, call_safely, out_of_tolerance, same_bits
+from impls.frameworks import Framework
+from reference.case import Case
+from reference.exact import exact_results
+from reference.tolerance import CONTRACT, Precision, error_ratio, ulp_error
+
+
+def compare_values(got: ReadBack, case: Case, precision: Precision) -> Verdict:
+    """Values within the tolerance model, and finite wherever the exact results are (a non-finite value where
+    an exact intermediate exceeds the dtype's range is named as that overflow)."""
+    contract, expected, verdict = case.contract, exact_results(case), Verdict()
+    tol = contract.tolerance(expected, case.dtype, precision)
+    scales = contract.ulp_scales(expected)  # the magnitudes the sums work at (see ulp_error)
+    for key, want in expected.outputs().items():
+        value = got.values[key]
+        if not np.isfinite(value).all():
+            overflow = contract.forward_overflow(expected, case.dtype, key)
+            seen = f"{key} is not finite: {np.array2string(value, threshold=8)}"
+            verdict.fail(*((FORWARD_OVERFLOW, f"{seen}: {overflow}") if overflow else (NON_FINITE, seen)))
+        ratios = error_ratio(value, want, tol[key])
+        verdict.error_ratios[key] = float(np.max(ratios, initial=0.0))
+        ulps = ulp_error(value, want, got.dtypes[key], scales[key])
+        verdict.ulps = max(verdict.ulps, float(np.max(ulps, initial=0.0)))
+        if verdict.error_ratios[key] > 1:
+            where = int(np.argmax(ratios)) if ratios.ndim else None
+            at = "" if where is None else f"[{where}]"
+            got_at, want_at = (value[where], want[where]) if where is not None else (value, want)
+            hint = contract.explain(case, got.values) if contract.explain is not None else None
+            verdict.fail(
+                out_of_tolerance(key),
+                f"{key}{at} = {float(got_at)!r}, expected {float(want_at)!r} "
+                f"(err/tol = {verdict.error_ratios[key]:.3g}, tol = {float(tol[key].flat[where or 0]):.3g})"
+                + (f": {hint}" if hint else "")
+            )
+    return verdict
+
+
+def run_case(fn: Callable[..., Any], adapter: Framework, case: Case,
+             repeat: bool = False) -> tuple[ReadBack | None, Verdict]:
+    """Call fn on the case's native inputs; check structure and that inputs were not modified. With
+    `repeat`, call it a second time on the same inputs and record whether the bits are the same (a fact for
+    the report, not a failure: kernels with atomics are not deterministic).
+
+    Returns the outputs read back (None if unusable) and the verdict so far."""
+    inputs = adapter.materialize(case)
+    snapshot = adapter.snapshot(inputs)
+    result, verdict = call_safely(fn, *inputs)
+    if not verdict.ok:
+        return None, verdict
+    values, structure = check_outputs(result, adapter, case)
+    verdict.merge(structure)
+    verdict.merge(modified_inputs(adapter, case, inputs, snapshot))
+    if values is None:
+        return None, verdict
+    if repeat and verdict.ok:
+        again, second = call_safely(fn, *inputs)
+        if not second.ok:
+            verdict.merge(second, prefix="second call on the same inputs: ")
+        else:
+            repeated, _ = check_outputs(again, adapter, case)
+            verdict.deterministic = repeated is not None and same_bits(values.values, repeated.values)
+    return values, verdict
+
+
+def check_forward_values(fn: Callable[..., Any], adapter: Framework, case: Case, precision: Precision = CONTRACT,
+                         repeat: bool = False) -> tuple[ReadBack | None, Verdict]:
+    """The forward pass against the exact results: structure, dtypes, devices, finiteness, values, inputs
+    (and, with `repeat`, determinism). Also returns the outputs read back (None if unusable)."""
+    values, verdict = run_case(fn, adapter, case, repeat)
+    if values is not None:
+        verdict.merge(compare_values(values, case, precision))
+    return values, verdict
+
+
+def check_forward(fn: Callable[..., Any], adapter: Framework, case: Case, precision: Precision = CONTRACT) -> Verdict:
+    return check_forward_values(fn, adapter, case, precision)[1]

@@ -1,0 +1,112 @@
+"""Gradient checks: the implementation's VJP (torch autograd, torch.compile's compiled backward, jax.vjp)
+against the contract's exact one, with tolerances from the same model (reference/tolerance.py).
+
+Gradients must exist (an output the graph does not reach, or an input it does not reach, is its own failure,
+never read as zeros), be finite everywhere (fully masked rows and an all-masked batch included) and exactly
+0 at masked positions. A non-finite gradient where an exact intermediate of the backward exceeds the dtype's
+range is reported as what it is, an overflow of that dtype, not as a NaN bug.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from fuzz.judge.draws import draw_cotangents
+from fuzz.judge.outputs import GRADIENT_STRUCTURE, check_gradient_arrays, modified_inputs
+from fuzz.judge.verdict import Verdict, call_safely, out_of_tolerance, same_bits
+from reference.case import Case
+from reference.exact import exact_results
+from reference.tolerance import Precision, error_ratio, ulp_error
+
+GRADIENT_NON_FINITE = "non-finite gradient"
+GRADIENT_OVERFLOW = "backward overflowed the dtype"
+GRADIENT_MASKED = "gradient not 0 at masked positions"
+
+
+def _non_finite(name: str, values: np.ndarray, overflow: str | None) -> tuple[str, str]:
+    """The kind and message of a non-finite gradient: an overflow of the dtype, or a bug."""
+    bad = np.argwhere(~np.isfinite(values))[0].tolist()
+    seen = f"{name}{bad} = {float(values[tuple(bad)])!r}"
+    if overflow is None:
+        return GRADIENT_NON_FINITE, f"{name} is not finite: {seen}"
+    return GRADIENT_OVERFLOW, f"{seen}: {overflow}"
+
+
+def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray], exact: Any) -> Verdict:
+    """The subject's VJP for `cotangents` (one per output) against `exact`, the contract's."""
+    adapter, precision, contract = subject.adapter, subject.precision, case.contract
+    inputs = adapter.materialize(case, requires_grad=True)
+    snapshot = adapter.snapshot(inputs)
+    function = subject.function_for(contract)
+    result, verdict = call_safely(adapter.vjp, function, inputs, cotangents, contract)
+    if not verdict.ok:
+        failed = verdict.failures
+        verdict.failures = []
+        for failure in failed:
+            verdict.fail(f"backward {failure.kind}", f"backward {failure.message}")
+        return verdict
+    verdict.merge(modified_inputs(adapter, case, inputs, snapshot))
+    values, structure = check_gradient_arrays(result, adapter, case)
+    verdict.merge(structure)
+    verdict.merge(judge_gradients(case, {} if values is None else values.values, exact, cotangents, precision))
+    if verdict.ok:
+        verdict.deterministic = _same_gradients_again(subject, function, case, inputs, cotangents, values.values)
+    return verdict
+
+
+def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Any, cotangents: dict[str, np.ndarray],
+                    precision: Precision) -> Verdict:
+    """Gradients read back as float64 ("d <input>" for any of the differentiable inputs present) against the
+    exact VJP taken with `cotangents`: shapes, finite (or an overflow of the dtype), exactly 0 at masked
+    positions, within the tolerance model."""
+    contract, verdict = case.contract, Verdict()
+    tolerances = contract.gradient_tolerance(exact, cotangents, case.dtype, precision)
+    overflow = contract.backward_overflow(exact, cotangents, case.dtype, precision)
+    mask = case.mask
+    for spec in contract.differentiable_inputs:
+        name = f"d {spec.name}"
+        if name not in values:
+            continue
+        got, want = values[name], exact.inputs()[spec.name]
+        bound, scale = tolerances[spec.name]
+        if got.shape != want.shape:
+            verdict.fail(GRADIENT_STRUCTURE, f"{name} has shape {got.shape}, expected {want.shape}")
+            continue
+        if not np.isfinite(got).all():
+            verdict.fail(*_non_finite(name, got, overflow))
+        if spec.role == "tokens" and (got[~mask] != 0).any():
+            verdict.fail(GRADIENT_MASKED, f"{name} is not exactly 0 at masked positions")
+        ratios = error_ratio(got, want, bound)
+        verdict.error_ratios[name] = float(np.max(ratios, initial=0.0))
+        verdict.ulps = max(verdict.ulps, float(np.max(ulp_error(got, want, case.dtype, scale), initial=0.0)))
+        if verdict.error_ratios[name] > 1 and np.isfinite(got).all():
+            at = np.unravel_index(int(np.argmax(ratios)), ratios.shape)
+            verdict.fail(
+                out_of_tolerance(name),
+                f"{name}{list(map(int, at))} = {float(got[at])!r}, expected {float(want[at])!r} "
+                f"(err/tol = {verdict.error_ratios[name]:.3g}, tol = {float(bound[at]):.3g})",
+            )
+    return verdict
+
+
+def _same_gradients_again(subject: Any, function: Any, case: Case, inputs: Any, cotangents: dict[str, np.ndarray],
+                          first: dict[str, np.ndarray]) -> bool:
+    """Whether a second backward pass on the same inputs gives the same bits (atomics would not)."""
+    again, verdict = call_safely(subject.adapter.vjp, function, inputs, cotangents, case.contract)
+    if not verdict.ok:
+        return False
+    values, _ = check_gradient_arrays(again, subject.adapter, case)
+    return values is not None and same_bits(first, values.values)
+
+
+def gradient_example(subject: Any, case: Case, data: st.DataObject) -> Verdict:
+    """One gradient example: draw cotangents, check the VJP against the exact one."""
+    cotangents = draw_cotangents(data, case)
+    exact = case.contract.vjp(case, cotangents, exact_results(case))
+    with subject.adapter.scope(case, compiled=subject.compiled):
+        verdict = check_gradients(subject, case, cotangents, exact)
+    verdict.cotangents = cotangents
+    return verdict

@@ -1,0 +1,102 @@
+"""The one structure check of what a function returned, forward or backward, used by every engine (one
+process, torch ranks, the JAX mesh): the contract's structure, the framework's arrays, the contract's dtypes,
+the case's device, the right shapes; then the values read back as float64.
+
+A rank's case is its own shard, so the shapes checked are the rank's: the same code serves all."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fuzz.judge.verdict import INPUT_MODIFIED, STRUCTURE, Verdict
+from impls.frameworks import VJP, Framework, Inputs, InputSnapshot
+from reference.case import Case
+
+GRADIENT_STRUCTURE = "wrong gradient structure"
+GRADIENT_MISSING = "no gradient"
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """Outputs (or gradients) read back as float64, by name, and the dtype each came in."""
+
+    values: dict[str, np.ndarray]
+    dtypes: dict[str, str]
+
+
+def check_outputs(result: Any, adapter: Framework, case: Case) -> tuple[ReadBack | None, Verdict]:
+    """The result is the contract's structure of the framework's arrays, in an allowed dtype, on the case's
+    device, with the case's shapes; read back as float64 (None where unusable)."""
+    contract, verdict = case.contract, Verdict()
+    outputs = contract.outputs_of(result)
+    if outputs is None:
+        verdict.fail(STRUCTURE, f"returned {type(result).__name__}, expected {contract.expected_result}")
+        return None, verdict
+    sizes, allowed = case.sizes, contract.output_dtypes(case.dtype)
+    values, dtypes = {}, {}
+    for spec in contract.outputs:
+        if spec.name not in outputs:
+            verdict.fail(STRUCTURE, f"output {spec.name!r} is missing")
+            continue
+        value = outputs[spec.name]
+        if not adapter.is_array(value):
+            verdict.fail(STRUCTURE, f"{spec.name} is a {type(value).__name__}, not a {adapter.array_type}")
+            continue
+        dtype, shape = adapter.dtype_of(value), contract.output_shape(spec.name, sizes)
+        if dtype not in allowed:
+            verdict.fail(STRUCTURE, f"{spec.name} has dtype {dtype}, expected {' or '.join(allowed)}")
+        if adapter.device_of(value) != case.device:
+            verdict.fail(STRUCTURE, f"{spec.name} is on {adapter.device_of(value)}, expected {case.device}")
+        if tuple(value.shape) != shape:
+            verdict.fail(STRUCTURE, f"{spec.name} has shape {tuple(value.shape)}, expected {shape}")
+            continue
+        try:
+            values[spec.name], dtypes[spec.name] = adapter.to_float64(value).reshape(shape), dtype
+        except Exception as error:  # e.g. an array that cannot be brought to the host
+            verdict.fail(STRUCTURE, f"{spec.name} cannot be read back: {type(error).__name__}: {error}")
+    if len(values) < len(contract.outputs):
+        return None, verdict
+    return ReadBack(values, dtypes), verdict
+
+
+def check_gradient_arrays(vjp: VJP, adapter: Framework, case: Case) -> tuple[ReadBack | None, Verdict]:
+    """Every differentiable input has a gradient (no output detached, the graph not cut), an array of the
+    input's dtype and shape; read back as float64."""
+    contract, verdict = case.contract, Verdict()
+    for name in vjp.detached:
+        verdict.fail(GRADIENT_MISSING, f"{name} carries no gradient (it does not require grad: computed under "
+                                       "no_grad, detached, or rebuilt from Python numbers?)")
+    values, sizes = {}, case.sizes
+    for spec in contract.differentiable_inputs:
+        got, label = vjp.gradients.get(spec.name), f"d {spec.name}"
+        shape = tuple(sizes[dim] for dim in spec.dims)
+        if got is None:
+            verdict.fail(GRADIENT_MISSING, f"the outputs carry no gradient with respect to {spec.name}")
+            continue
+        if not adapter.is_array(got):
+            verdict.fail(GRADIENT_STRUCTURE, f"{label} is a {type(got).__name__}, not a {adapter.array_type}")
+            continue
+        if adapter.dtype_of(got) != case.dtype:
+            verdict.fail(GRADIENT_STRUCTURE, f"{label} has dtype {adapter.dtype_of(got)}, expected {case.dtype}")
+        if tuple(got.shape) != shape:
+            verdict.fail(GRADIENT_STRUCTURE, f"{label} has shape {tuple(got.shape)}, expected {shape}")
+            continue
+        values[label] = adapter.to_float64(got)
+    if len(values) < len(contract.differentiable_inputs):
+        return None, verdict
+    return ReadBack(values, {label: case.dtype for label in values}), verdict
+
+
+def modified_inputs(adapter: Framework, case: Case, inputs: Inputs, before: InputSnapshot) -> Verdict:
+    """What the call did to its inputs, judged from the adapter's snapshots before and after: a changed
+    value, or (where the framework counts writes) a write even of equal values."""
+    after, verdict = adapter.snapshot(inputs), Verdict()
+    for index, name in enumerate(case.contract.input_names):
+        if not np.array_equal(after.values[index], before.values[index], equal_nan=True):
+            verdict.fail(INPUT_MODIFIED, f"{name} was modified in place")
+        elif before.write_counts is not None and after.write_counts[index] != before.write_counts[index]:
+            verdict.fail(INPUT_MODIFIED, f"{name} was written in place (its version counter moved)")
+    return verdict

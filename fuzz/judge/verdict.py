@@ -1,0 +1,95 @@
+"""What one call showed: a Verdict holds the Failures of the checks that failed (each with its kind, what
+tells distinct bugs apart), the worst err/tol per compared value, ulps and determinism.
+
+An exception raised by the function under test is that function's failure, with its traceback, never a
+crash of the harness (`call_safely`)."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from reference.case import Case
+
+STRUCTURE = "wrong output structure"
+INPUT_MODIFIED = "input modified"
+NON_FINITE = "non-finite output"
+FORWARD_OVERFLOW = "forward overflowed the dtype"
+
+
+def out_of_tolerance(name: str) -> str:
+    """The failure kind of one output (or gradient) off by more than its tolerance."""
+    return f"{name} out of tolerance"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed check: its kind (what tells distinct bugs apart in a report) and what was seen."""
+
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class Verdict:
+    """What one example showed: failures (empty when it conforms), the worst err/tol per output and the
+    worst error in units in the last place of the output dtype."""
+
+    failures: list[Failure] = field(default_factory=list)
+    error_ratios: dict[str, float] = field(default_factory=dict)
+    traceback: str | None = None
+    case: Case | None = None  # the case to report, when a second call (a relation's) is the one to show
+    cotangents: dict[str, np.ndarray] | None = None  # set by gradient checks
+    ulps: float = 0.0
+    deterministic: bool | None = None  # two calls on the same inputs gave the same bits (None: not tried)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def worst(self) -> float:
+        return max(self.error_ratios.values(), default=0.0)
+
+    @property
+    def kind(self) -> str:
+        """The failure kind this example stands for: the first check that failed (checks run simplest first)."""
+        return self.failures[0].kind if self.failures else ""
+
+    def fail(self, kind: str, message: str) -> None:
+        self.failures.append(Failure(kind, message))
+
+    def merge(self, other: Verdict, prefix: str = "") -> None:
+        self.failures += [Failure(failure.kind, prefix + failure.message) for failure in other.failures]
+        for key, value in other.error_ratios.items():
+            self.error_ratios[prefix + key] = max(value, self.error_ratios.get(prefix + key, 0.0))
+        self.traceback = self.traceback or other.traceback
+        self.case = self.case or other.case
+        self.ulps = max(self.ulps, other.ulps)
+        if other.deterministic is not None:
+            self.deterministic = other.deterministic and self.deterministic is not False
+
+
+def same_bits(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> bool:
+    """Whether two sets of results read back as float64 are the same values, signs of zeros and NaNs included
+    (a float64 holds every value of the narrower dtypes exactly)."""
+    return all(np.array_equal(first[key], second[key], equal_nan=True)
+               and np.array_equal(np.signbit(first[key]), np.signbit(second[key])) for key in first)
+
+
+def call_safely(fn: Callable[..., Any], *args: Any) -> tuple[Any, Verdict]:
+    """fn(*args), or None and a Verdict holding the exception and its traceback."""
+    try:
+        return fn(*args), Verdict()
+    except (Exception, SystemExit) as error:  # the implementation's failure, not the harness's
+        verdict = Verdict()
+        verdict.fail(f"raised {type(error).__name__}", f"raised {type(error).__name__}: {error}".strip())
+        verdict.traceback = traceback.format_exc()
+        return None, verdict

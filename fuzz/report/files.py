@@ -1,0 +1,51 @@
+"""Report files: a path checked before any fuzzing (so a run never ends with its verdict lost), and every report
+written atomically (a reader never sees half a file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+
+from fuzz.report.results import CellResult
+
+
+def unwritable_reason(path: str) -> str | None:
+    """Why a report could not be written at `path` (checked before any fuzzing, so a run never ends with its
+    verdict lost), or None where it can be: a file in an existing, writable folder, and not a folder itself."""
+    if not path:
+        return "the path is empty"
+    full = os.path.abspath(path)
+    folder = os.path.dirname(full)
+    if os.path.isdir(full):
+        return f"{path} is a directory"
+    if not os.path.isdir(folder):
+        return f"the folder {folder} does not exist"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} is not writable"
+    if os.path.exists(full) and not os.access(full, os.W_OK):
+        return f"{path} exists and is not writable"
+    return None
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and a rename: a reader never sees a
+    half-written report, and a failed write leaves the old file (if any) as it was."""
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=folder)
+    try:
+        with os.fdopen(handle, "w") as file:
+            file.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # as open() would make it, not mkstemp's private 0600
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def write_json(path: str, results: Sequence[CellResult], meta: dict[str, object]) -> None:
+    write_atomically(path, json.dumps({**meta, "ok": all(cell.ok for cell in results),
+                                       "cells": [cell.as_json() for cell in results]}, indent=2))

@@ -1,0 +1,81 @@
+"""A cell's result: one (subject, device, check, dtype) under Hypothesis, with every distinct bug it found."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from reference.case import Case
+from reference.tolerance import CONTRACT
+
+
+@dataclass
+class Bug:
+    """One distinct kind of failure of a cell, shrunk on its own."""
+
+    kind: str
+    failures: list[str]  # every check that failed on its minimal case
+    case: Case
+    snippet: str
+    traceback: str | None = None
+
+    @property
+    def story(self) -> tuple[tuple[str, object], ...]:
+        return self.case.story
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "failures": self.failures,
+                "counterexample": {k: repr(v) for k, v in self.story} or None,
+                "snippet": self.snippet, "traceback": self.traceback}
+
+
+@dataclass
+class CellResult:
+    subject: str
+    device: str
+    dtype: str
+    check: str  # "forward", "gradients", or a sharded row ("sharded 2x2 gradients")
+    examples: int = 0
+    worst: float = 0.0
+    worst_ulps: float = 0.0  # the worst error in units in the last place of the output dtype
+    deterministic: bool | None = None  # every example's two calls gave the same bits (None: not tried)
+    seconds: float = 0.0
+    layouts: tuple[str, ...] = ()
+    bugs: list[Bug] = field(default_factory=list)  # simplest first
+    problems: list[str] = field(default_factory=list)  # failures with no case to show (a worker died)
+    applicable: bool = True  # False: e.g. gradients of NumPy, which has no autograd ("n/a")
+    precision: str = CONTRACT.name
+    contract: str = "magnitude"  # the contract and its declared parameters, as a label
+
+    @property
+    def ok(self) -> bool:
+        return not self.bugs and not self.problems
+
+    @property
+    def failures(self) -> list[str]:
+        """Every failure message: the cell's problems, then each bug's, simplest bug first."""
+        return [*self.problems, *(failure for bug in self.bugs for failure in bug.failures)]
+
+    @property
+    def snippet(self) -> str | None:
+        return self.bugs[0].snippet if self.bugs else None
+
+    @property
+    def story(self) -> tuple[tuple[str, object], ...]:
+        return self.bugs[0].story if self.bugs else ()
+
+    @property
+    def traceback(self) -> str | None:
+        return self.bugs[0].traceback if self.bugs else None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "implementation": self.subject, "contract": self.contract, "device": self.device, "dtype": self.dtype,
+            "check": self.check, "ok": self.ok, "applicable": self.applicable, "examples": self.examples,
+            "precision": self.precision, "worst_error_over_tolerance": self.worst, "worst_ulps": self.worst_ulps,
+            "deterministic": self.deterministic,
+            "seconds": round(self.seconds, 3), "layouts": list(self.layouts), "failures": self.failures,
+            "bugs": [bug.as_json() for bug in self.bugs],
+            "counterexample": dict((k, repr(v)) for k, v in self.story) if self.story else None,
+            "snippet": self.snippet, "traceback": self.traceback,
+        }

@@ -1,0 +1,191 @@
+"""A failing example as a ready-to-run Python snippet: the inputs as literals in the user's framework, with
+their dtype, device and layout, the exact values and tolerances, and the checks that failed. Run on its own,
+it fails with AssertionError while the bug is there.
+
+`snippet_for` is the one place a snippet is made from a case: for a shrunk counterexample and for a call
+that never came back alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fuzz.report.texts import for_terminal
+from impls.frameworks import SnippetSyntax, adapter_class
+from impls.layouts import numpy_writeable, strided_view
+from reference.case import Case
+from reference.dtypes import numpy_dtype
+from reference.exact import exact_results
+from reference.tolerance import PRECISIONS
+
+
+@dataclass(frozen=True)
+class SnippetSource:
+    """What a snippet needs to know of a subject, small enough to send from a worker to its parent."""
+
+    name: str
+    framework: str
+    import_lines: tuple[str, ...]
+    function_name: str
+    wrap: str | None
+    layouts: tuple[str, ...]
+    precision: str = "contract"
+
+
+def _literal(values: np.ndarray) -> str:
+    return repr(np.asarray(values, dtype=np.float64).tolist())  # nan and inf come from `from math import`
+
+
+def _bool_literal(values: np.ndarray) -> str:
+    return repr(np.asarray(values, dtype=bool).tolist())
+
+
+def _layout_expression(syntax: SnippetSyntax, values: np.ndarray, layout: str, dtype: str) -> str:
+    """An expression that builds `values` in `layout` exactly as the fuzzer did: contiguous as a nested
+    literal; an empty array or any other layout as impls/layouts.py's buffer (the poison, NaN or True, in
+    the gaps the layout skips) and a strided view over it with the layout's shape, strides and offset."""
+    is_mask = values.dtype == np.bool_
+    make = syntax.bool_array if is_mask else syntax.float_array
+    literal = _bool_literal if is_mask else _literal
+    if layout == "contiguous" and values.size:
+        return make.format(values=literal(values))
+    view = strided_view(values, layout, True if is_mask else np.nan)
+    buffer = make.format(values=literal(view.buffer))
+    if syntax.strided is None:  # no strides in this framework: only contiguous layouts exist, empty ones too
+        return syntax.reshape.format(buffer=buffer, shape=view.shape)
+    itemsize = 1 if is_mask else numpy_dtype(dtype).itemsize
+    return syntax.strided.format(buffer=buffer, shape=view.shape, strides=view.strides, offset=view.offset,
+                                 byte_strides=tuple(stride * itemsize for stride in view.strides),
+                                 writeable=numpy_writeable(view))
+
+
+def _failure_comments(failures: list[str]) -> list[str]:
+    """`# FAILED: ...` for each failure, every line of a multi-line message commented (a compiler's output
+    shortened to its first and last lines: the JSON report has it whole)."""
+    lines = []
+    for failure in failures:
+        first, *rest = for_terminal(failure).splitlines() or [""]
+        lines += [f"# FAILED: {first}", *[f"#   {line}".rstrip() for line in rest]]
+    return lines
+
+
+def _call_lines(function_name: str, target: str, call: str) -> list[str]:
+    """`target = call`, where an exception from the function fails an assertion (the snippet fails with
+    AssertionError whatever went wrong, the original error chained to it)."""
+    return [
+        "try:",
+        f"    {target} = {call}",
+        "except Exception as error:",
+        f"    raise AssertionError(f'{function_name} raised {{type(error).__name__}}: {{error}}') from error",
+    ]
+
+
+def _gradient_lines(syntax: SnippetSyntax, source: SnippetSource, case: Case, cotangents: dict[str, np.ndarray],
+                    exact: object) -> list[str]:
+    """Lines that compute the VJP for `cotangents` and assert it matches the exact one."""
+    contract = case.contract
+    names = [spec.name for spec in contract.differentiable_inputs]
+    tolerances = contract.gradient_tolerance(exact, cotangents, case.dtype, PRECISIONS[source.precision])
+    wanted = exact.inputs()  # type: ignore[attr-defined]
+    lines = [f"cotangent_{key} = np.array({_literal(value)})" for key, value in cotangents.items()]
+    lines += [line.format(function=source.function_name) for line in syntax.vjp]
+    lines += [
+        "",
+        *_call_lines(source.function_name, "grads", "forward_and_backward()"),
+        "# exact float64 gradients, and the tolerance the suite's error model allows for each element",
+        "expected_grads = [" + ",\n                  ".join(
+            f"np.array({_literal(wanted[name])})" for name in names) + "]",
+        "tolerances = [" + ", ".join(f"np.array({_literal(tolerances[name][0])})" for name in names) + "]",
+        "problems = []",
+        f"for name, got, want, tol in zip({[f'd {name}' for name in names]!r}, grads, expected_grads, tolerances):",
+        "    if got is None:",
+        "        problems.append(f'{name}: no gradient (the outputs do not reach this input)')",
+        "        continue",
+        "    got = as_float64(got)",
+        "    print(f'{name}: got {got.tolist()}, expected {want.tolist()}')",
+        "    if got.shape != want.shape or not np.isfinite(got).all() or (np.abs(got - want) > tol).any():",
+        "        problems.append(f'{name}: got {got.tolist()}, expected {want.tolist()} +- {tol.tolist()}')",
+        "assert not problems, '\\n'.join(problems)",
+    ]
+    return lines
+
+
+def _forward_lines(syntax: SnippetSyntax, source: SnippetSource, case: Case) -> list[str]:
+    """Lines that call the function once and assert its outputs, and its inputs unchanged."""
+    contract = case.contract
+    names = list(contract.input_names)
+    arguments = ", ".join(names)
+    expected = exact_results(case)
+    tol = contract.tolerance(expected, case.dtype, PRECISIONS[source.precision])
+    lines = [
+        f"inputs_before = [as_float64(x) for x in ({arguments},)]",
+        # torch counts in-place writes: one that changes nothing (an empty tensor, an equal value) shows there
+        *([f"versions_before = [x._version for x in ({arguments},)]"] if syntax.counts_writes else []),
+        *_call_lines(source.function_name, "out", f"{source.function_name}({arguments})"),
+    ]
+    if contract.returns_mapping:
+        lines += [f"assert hasattr(out, 'keys') and all(key in out for key in {list(contract.output_names)!r}), \\",
+                  f"    f'returned {{type(out).__name__}} {{out!r:.200}}, expected ' + {contract.expected_result!r}"]
+    else:
+        lines.append(f"out = {{{contract.outputs[0].name!r}: out}}")
+    lines.append("# exact float64 results, and the tolerance the suite's error model allows for each element")
+    for key, value in expected.outputs().items():
+        lines.append(f"expected_{key} = np.array({_literal(value)})")
+        lines.append(f"tolerance_{key} = np.array({_literal(tol[key])})")
+    allowed = list(contract.output_dtypes(case.dtype))
+    lines += [
+        "problems = []",
+        f"for key in {list(contract.output_names)!r}:",
+        "    got, want, tol = out[key], globals()['expected_' + key], globals()['tolerance_' + key]",
+        "    dtype = str(getattr(got, 'dtype', None)).split('.')[-1]",
+        f"    if type(got).__name__ not in {syntax.type_names!r} or dtype not in {allowed!r}:",
+        f"        problems.append(f'{{key}}: {{type(got).__name__}} of dtype {{dtype}}, want {' or '.join(allowed)}')",
+        "    got = as_float64(got)",
+        "    print(f'{key}: got {got.tolist()}, expected {want.tolist()}')",
+        "    if got.shape != want.shape or not np.isfinite(got).all() or (np.abs(got - want) > tol).any():",
+        "        problems.append(f'{key}: got {got.tolist()}, expected {want.tolist()} +- {tol.tolist()}')",
+        f"for name, before, x in zip({names!r}, inputs_before,",
+        f"                           ({arguments},)):",
+        "    if not np.array_equal(before, as_float64(x), equal_nan=True):",
+        "        problems.append(f'{name} was modified in place')",
+        *([f"for name, before, x in zip({names!r}, versions_before,",
+           f"                           ({arguments},)):",
+           "    if x._version != before:",
+           "        problems.append(f'{name} was written in place (its version counter moved)')"]
+          if syntax.counts_writes else []),
+        "assert not problems, '\\n'.join(problems)",
+    ]
+    return lines
+
+
+def snippet_for(source: SnippetSource, case: Case, failures: list[str],
+                cotangents: dict[str, np.ndarray] | None = None) -> str:
+    """Python source that rebuilds `case`, calls the function and asserts what failed; with `cotangents`, it
+    checks the VJP for them instead."""
+    syntax = adapter_class(source.framework).snippet_syntax(case)
+    contract = case.contract
+    lines = [
+        "# Counterexample found by `python -m fuzz` (run from the suite's checkout if the import needs it).",
+        *_failure_comments(failures),
+        *([f"# contract: {contract.label}"] if contract.bound else []),
+        f"# dtype {case.dtype}, device {case.device}, layout {case.layout}, shape {case.shape}",
+        "from math import inf, nan",
+        *dict.fromkeys(["import numpy as np", *syntax.imports, *source.import_lines]),  # in order, no repeats
+    ]
+    if source.wrap is not None:  # the compiled mode's wrapping, e.g. "jax.jit({})"
+        lines.append(f"{source.function_name} = {source.wrap.format(source.function_name)}")
+    lines += [
+        "",
+        *[f"{spec.name} = {_layout_expression(syntax, case.values[spec.name], case.layout, case.dtype)}"
+          for spec in contract.inputs],
+        "",
+        f"def as_float64(x):\n    return {syntax.as_float64}",
+        "",
+    ]
+    if cotangents is not None:
+        exact = contract.vjp(case, cotangents, exact_results(case))
+        lines += _gradient_lines(syntax, source, case, cotangents, exact)
+    else:
+        lines += _forward_lines(syntax, source, case)
+    return "\n".join(lines) + "\n"

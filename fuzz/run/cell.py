@@ -1,0 +1,171 @@
+"""One cell under Hypothesis (a subject on one device in one dtype, one check): examples run, worst err/tol and
+ulps, and every distinct kind of failure, each shrunk on its own with its snippet.
+
+Distinct bugs: each example that fails raises an exception whose type stands for its failure kind (the
+first check that failed), so Hypothesis' report_multiple_bugs tells the kinds apart, shrinks each to its
+own minimal case and reports them simplest first."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+
+from fuzz.judge.draws import choice, draw_case
+from fuzz.judge.example import check_example
+from fuzz.judge.gradients import gradient_example
+from fuzz.judge.subject import Subject
+from fuzz.judge.verdict import Verdict
+from fuzz.report.results import Bug, CellResult
+from fuzz.report.snippet import snippet_for
+from fuzz.run.calls import CallTimedOut, Watcher
+from fuzz.run.interrupted import TIMEOUT, interrupted_cell, timed_out
+from fuzz.run.plan import CellTask
+from fuzz.run.subjects import snippet_source, watch_subject
+from reference.case import Case
+from reference.contracts import get_contract
+
+TARGET_CAP = 1e6  # hypothesis.target needs finite scores; anything above 1 is a failure anyway
+
+# One example: (the subject, the drawn case, Hypothesis' data for further draws) -> its verdict.
+ExampleCheck = Callable[[Subject, Case, Any], Verdict]
+
+
+@dataclass
+class Counterexample(Exception):
+    case: Case
+    verdict: Verdict
+
+
+_KIND_TYPES: dict[str, type[Counterexample]] = {}
+
+
+def counterexample_of_kind(kind: str) -> type[Counterexample]:
+    """A Counterexample subclass per failure kind: Hypothesis tells bugs apart by exception type and place."""
+    if kind not in _KIND_TYPES:
+        _KIND_TYPES[kind] = type(f"Counterexample[{kind}]", (Counterexample,), {})
+    return _KIND_TYPES[kind]
+
+
+def _counterexamples(error: BaseException) -> list[Counterexample]:
+    """Every Counterexample in what Hypothesis raised (one, a group of distinct bugs, or flaky groups)."""
+    if isinstance(error, Counterexample):
+        return [error]
+    found = [inner for group in getattr(error, "exceptions", ()) for inner in _counterexamples(group)]
+    if not found and error.__cause__ is not None:
+        found = _counterexamples(error.__cause__)
+    return found
+
+
+def hypothesis_settings(max_examples: int, *, derandomize: bool = False) -> settings:
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        derandomize=derandomize,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
+        phases=(Phase.explicit, Phase.generate, Phase.target, Phase.shrink),
+        report_multiple_bugs=True,
+    )
+
+
+def contract_label(subject: Subject) -> str:
+    """What a cell of the subject checks: its contract as bound, or for a built-in fuzzed in every binding of its
+    declared parameters, the contract and how many."""
+    if subject.draws_parameters:
+        return f"{subject.contract.name} (every mode)"
+    return subject.contract.label
+
+
+def forward_example(subject: Subject, case: Case, data: st.DataObject) -> Verdict:
+    """One forward example: the case, and one of its contract's relations."""
+    relation = data.draw(choice(subject.relations(case.contract)), label="metamorphic relation")
+    return check_example(subject, case, relation)
+
+
+def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[str], max_examples: int, seed: int,
+              check: str = "forward", example_check: ExampleCheck = forward_example,
+              bug: Callable[[Subject, Case, Verdict], Bug] | None = None) -> CellResult:
+    """Fuzz one (subject, device, dtype) cell; shrink each distinct failure and render its snippet (`bug`
+    renders one: a sharded engine's snippets launch their own ranks)."""
+    result = CellResult(subject.name, device, dtype, check, layouts=tuple(layouts), precision=subject.precision.name,
+                        contract=contract_label(subject))
+    started = time.perf_counter()
+
+    @hypothesis_seed(seed)
+    @hypothesis_settings(max_examples)
+    @given(st.data())
+    def property_holds(data: st.DataObject) -> None:
+        contract = subject.contract
+        if subject.draws_parameters:  # a built-in fuzzed in every mode: one drawn per example
+            menu = contract.parameter_menu
+            index = data.draw(choice(tuple(range(len(menu)))), label="declared parameters")
+            contract = get_contract(contract.name, menu[index])
+        case = draw_case(lambda strategy, label: data.draw(strategy, label=label), dtypes=[dtype], layouts=layouts,
+                         devices=[device], contract=contract, masked_values=subject.masked_values)
+        if contract.bound:
+            case = case.with_(story=((contract.name, contract.parameters_text), *case.story))
+        verdict = example_check(subject, case, data)
+        result.examples += 1
+        result.worst = max(result.worst, min(verdict.worst, TARGET_CAP))
+        result.worst_ulps = max(result.worst_ulps, verdict.ulps)
+        if verdict.deterministic is not None:
+            result.deterministic = verdict.deterministic and result.deterministic is not False
+        for label, ratio in verdict.error_ratios.items():
+            target(min(ratio, TARGET_CAP), label=label)
+        if not verdict.ok:
+            raise counterexample_of_kind(verdict.kind)(verdict.case or case, verdict)
+
+    try:
+        property_holds()
+    except Exception as error:
+        found = _counterexamples(error)
+        if not found:
+            raise
+        kinds = dict.fromkeys(found_one.verdict.kind for found_one in found)  # Hypothesis' order: simplest first
+        render = bug or single_process_bug
+        result.bugs = [render(subject, one.case, one.verdict)
+                       for one in (next(f for f in found if f.verdict.kind == kind) for kind in kinds)]
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def single_process_bug(subject: Subject, case: Case, verdict: Verdict) -> Bug:
+    """A shrunk counterexample as a reported bug, with the snippet that reproduces it."""
+    failures = [str(failure) for failure in verdict.failures]
+    snippet = snippet_for(snippet_source(subject), case, failures, verdict.cotangents)
+    return Bug(verdict.kind, failures, case, snippet, verdict.traceback)
+
+
+def progress(task: CellTask, cell: CellResult) -> None:
+    """A line per cell on stderr, as it finishes."""
+    status = "ok" if cell.ok else f"FAIL ({len(cell.bugs) or 1} distinct)"
+    print(f"  {task.row} of {cell.subject} on {task.device} in {task.dtype}: {status}, {cell.examples} examples, "
+          f"worst err/tol {cell.worst:.3g}, {cell.worst_ulps:.3g} ulp, {cell.seconds:.1f} s",
+          file=sys.stderr, flush=True)
+
+
+def fuzz_task(subject: Subject, task: CellTask, watcher: Watcher) -> CellResult:
+    """Fuzz one cell of `subject` in this process; a call that overruns the watcher's time limit fails the cell
+    with its case."""
+    if (task.check == "gradients" and not subject.has_gradients) or task.dtype not in subject.supported_dtypes:
+        return CellResult(subject.name, task.device, task.dtype, task.check, applicable=False,
+                          contract=contract_label(subject))
+    started = time.perf_counter()
+    try:
+        cell = fuzz_cell(watch_subject(subject, watcher), dtype=task.dtype, device=task.device,
+                         layouts=subject.adapter.layouts, max_examples=task.examples, seed=task.seed,
+                         check=task.check,
+                         example_check=gradient_example if task.check == "gradients" else forward_example)
+    except CallTimedOut as stopped:
+        cell = interrupted_cell(snippet_source(subject), task, stopped.call, timed_out(stopped.seconds, stopped.call),
+                                TIMEOUT, seconds=time.perf_counter() - started, contract=contract_label(subject))
+    progress(task, cell)
+    return cell

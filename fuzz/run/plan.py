@@ -1,0 +1,48 @@
+"""The plan of a run: one task per cell, small enough to send to a worker process. A cell is one (subject,
+device, check, dtype), and for a sharded engine one mesh too: the single-process and the sharded cells are
+the same kind of task, run by the same workers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fuzz.run.subjects import SubjectSpec
+
+
+@dataclass(frozen=True)
+class CellTask:
+    """One cell. `engine` None: the function called in the worker's process; else a sharded engine's name
+    (fuzz/sharded/engines.py) and its `mesh` (data, sequence)."""
+
+    subject: SubjectSpec
+    device: str
+    dtype: str
+    check: str  # "forward" or "gradients"
+    examples: int
+    seed: int
+    engine: str | None = None
+    mesh: tuple[int, int] | None = None
+
+    @property
+    def row(self) -> str:
+        """The matrix row's check column: the check, and for a sharded engine the engine's kind and mesh."""
+        if self.engine is None:
+            return self.check
+        from fuzz.sharded.engines import engine_named
+
+        return engine_named(self.engine).row(self.mesh, self.check)
+
+
+def plan_cells(subjects: Sequence[tuple[SubjectSpec, Sequence[str]]], dtypes: Sequence[str],
+               devices: Sequence[str] | None, max_examples: int, seed: int, gradients: bool,
+               gradient_examples: int) -> list[CellTask]:
+    """Every (subject, device, check, dtype) cell; each subject's forward cells before its gradient cells."""
+    checks = [("forward", max_examples)] + ([("gradients", gradient_examples)] if gradients else [])
+    return [
+        CellTask(spec, device, dtype, check, examples, seed)
+        for spec, subject_devices in subjects
+        for device in subject_devices if devices is None or device in devices
+        for check, examples in checks
+        for dtype in dtypes
+    ]

@@ -1,0 +1,141 @@
+"""Subjects: a built-in's name or a user's TARGET made into what is fuzzed (fuzz.judge.subject.Subject), once per
+process, from a `SubjectSpec` small enough to send to a worker process."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from fuzz.judge.subject import Subject
+from fuzz.loader import LoadError, load_target
+from fuzz.report.snippet import SnippetSource
+from fuzz.run.calls import WatchedAdapter, Watcher, watched
+from impls.frameworks import Framework, check_modes, load_framework
+from impls.registry import Implementation, get_implementation
+from reference.contract import Contract
+from reference.contracts import CONTRACT_NAMES, get_contract
+from reference.tolerance import CONTRACT, PRECISIONS, STRICT
+
+FRAMEWORK_CHOICES = tuple(check_modes())  # every adapter's modes: torch, torch-compile, jax, numpy, ...
+
+
+@dataclass(frozen=True)
+class SubjectSpec:
+    """A built-in (`framework` None) or a user's `TARGET` with its `--framework`; the contract it is checked
+    against (a name from reference.contracts, with its declared parameters), the precision it is held to (a
+    name from reference.tolerance.PRECISIONS) and the declared domain of masked values."""
+
+    name: str
+    framework: str | None = None
+    precision: str = CONTRACT.name
+    contract: str = CONTRACT_NAMES[0]
+    parameters: tuple[tuple[str, Any], ...] = field(default=())
+    masked_values: str = "any"
+
+    @property
+    def bound_contract(self) -> Contract:
+        return get_contract(self.contract, dict(self.parameters))
+
+    @classmethod
+    def of(cls, name: str, framework: str | None = None, *, contract: str = CONTRACT_NAMES[0],
+           parameters: Mapping[str, Any] | None = None, **options: Any) -> SubjectSpec:
+        return cls(name, framework, contract=contract, parameters=tuple((parameters or {}).items()), **options)
+
+
+MASKED_VALUES = ("any", "finite")
+
+
+def declared_contract(reduction: str | None = None, rows: str | None = None,
+                      l_max: float | None = None) -> tuple[str, dict[str, Any]]:
+    """The contract a `check` declares, and its parameters: the loss reduction of `reduction` (a mode, or an
+    alias: grpo, dr_grpo, per-token, ...), or by default the magnitude diagnostic. ValueError naming the argument
+    that is wrong or that needs another."""
+    if reduction is None:
+        for name, value in (("rows", rows), ("l_max", l_max)):
+            if value is not None:
+                raise ValueError(f"{name} is a parameter of the loss reduction: it needs reduction=MODE too")
+        return CONTRACT_NAMES[0], {}
+    parameters = {"mode": reduction, "rows": rows or "all", "l_max": l_max}
+    contract = get_contract("reduction", parameters)  # ValueError naming a wrong one
+    return contract.name, dict(contract.bound)
+
+
+def available_adapter(name: str) -> Framework:
+    """The adapter of framework `name`; LoadError (exit 2) where the framework does not import here."""
+    try:
+        return load_framework(name)
+    except Exception as error:
+        raise LoadError(f"framework {name} is unavailable here: {type(error).__name__}: {error}") from error
+
+
+def subject_for(implementation: Implementation, draws_parameters: bool | None = None) -> Subject:
+    """A built-in implementation as a fuzzing subject, held to the built-ins' strict promise (its snippet
+    imports it from this checkout). A built-in of a contract with declared parameters can be bound to any of
+    them; with `draws_parameters` (the default where the contract has a menu of them) each example draws one."""
+    contract = implementation.contract
+    function = implementation.function_for(contract)
+    draws = bool(contract.parameter_menu) if draws_parameters is None else draws_parameters
+    return Subject(implementation.name, function, implementation.adapter, contract,
+                   (f"from {function.__module__} import {function.__name__}",), function.__name__,
+                   precision=STRICT, compiled=implementation.compiled,
+                   differentiable=implementation.differentiable, dtypes=implementation.dtypes,
+                   bind=implementation.function_for if contract.parameters else None, draws_parameters=draws)
+
+
+def function_subject(name: str, function: Callable[..., Any], framework: str, import_lines: tuple[str, ...],
+                     function_name: str, spec: SubjectSpec) -> Subject:
+    """A function with its contract's signature as a fuzzing subject, run as the `framework` mode says (its
+    adapter compiles it for the compiled modes: torch-compile, jax). Raises LoadError when the framework does
+    not load here."""
+    adapter_name, mode = check_modes()[framework]
+    adapter = available_adapter(adapter_name)
+    contract = spec.bound_contract
+    return Subject(name, adapter.wrap(function, framework, contract), adapter, contract, import_lines, function_name,
+                   wrap=mode.wrap, precision=PRECISIONS[spec.precision], compiled=mode.wrap is not None,
+                   masked_values=spec.masked_values)
+
+
+def check_subject(spec: SubjectSpec) -> Subject:
+    """The user's function as a fuzzing subject; raises LoadError for anything that stops it loading."""
+    assert spec.framework is not None
+    target = load_target(spec.name)
+    return function_subject(spec.name, target.function, spec.framework, target.import_lines, target.function_name,
+                            spec)
+
+
+_BUILT: dict[SubjectSpec, Subject] = {}
+
+
+def build_subject(spec: SubjectSpec) -> Subject:
+    """The subject a spec names, built once per process (a compiled function keeps its compiled graphs)."""
+    if spec not in _BUILT:
+        if spec.framework is None:
+            implementation = get_implementation(spec.name, spec.contract)
+            if spec.parameters:
+                implementation = implementation.bind(**dict(spec.parameters))
+            _BUILT[spec] = subject_for(implementation, draws_parameters=False if spec.parameters else None)
+        else:
+            _BUILT[spec] = check_subject(spec)
+    return _BUILT[spec]
+
+
+def snippet_source(subject: Subject) -> SnippetSource:
+    return SnippetSource(subject.name, subject.adapter.name, subject.import_lines, subject.function_name,
+                         subject.wrap, tuple(subject.adapter.layouts), subject.precision.name)
+
+
+def watch_subject(subject: Subject, watcher: Watcher) -> Subject:
+    """The subject with every call of its function (and every VJP) run through `watcher`; a bound function is
+    watched once per binding (a compiled function's caches are per function object)."""
+    adapter = WatchedAdapter(subject.adapter, watcher, subject.compiled)
+    bind = None
+    if subject.bind is not None:
+        unwatched = subject.bind
+
+        @functools.cache
+        def bind(contract: Contract) -> Callable[..., Any]:
+            return watched(unwatched(contract), adapter)
+
+    return replace(subject, function=watched(subject.function, adapter), adapter=adapter, bind=bind)

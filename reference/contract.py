@@ -1,0 +1,290 @@
+"""A contract: everything specific to one function under test, as one value the whole suite runs over.
+
+Modelled on PyTorch's OpInfo and JAX's `op_record` tables: the function under test is a record (its inputs
+and outputs, its exact forward and VJP, its tolerance, its relations, its input domain, its worked examples,
+its declared parameters), and every part of the suite (the draws, the adapters, the checks, the gradients,
+the sharded engines, the snippets, the benchmarks, the registry) takes the record as a value and asks it,
+instead of knowing the function's names. Adding a function is adding a module with its record
+(`reference/<name>.py`, listed in `reference/contracts.py`).
+
+Everything here is NumPy: no framework, no Hypothesis. Names of inputs and outputs appear only in the
+contract modules.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from reference.case import Case
+
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Input:
+    """One argument of the function, in the order it is passed.
+
+    `kind` "float": an array in the case's dtype (values drawn as float64 already rounded to it); "bool": a
+    mask. `role` tells the strategies how to draw it: "tokens" (one value per token, ignored where the mask is
+    false: padding there holds anything), "rows" (one value per row), "mask" (which tokens count). `mesh`
+    names the mesh axis each dimension is split over on a sharded run ("data" splits rows, "sequence" splits a
+    row's tokens)."""
+
+    name: str
+    dims: tuple[str, ...]
+    kind: str = "float"
+    role: str = "tokens"
+    differentiable: bool = False
+    mesh: tuple[str, ...] = ()
+
+    @property
+    def poison(self) -> float | bool:
+        """What fills the gaps a strided layout skips: a kernel that ignores strides reads it and shows it."""
+        return True if self.kind == "bool" else math.nan
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output. `replicated`: the mesh axes over which a per-rank function returns it identically on every
+    rank (a row's value on each rank of its sequence group; a scalar on every rank): under torch.distributed
+    each replica receives its cotangent, so the exact VJP sums them."""
+
+    name: str
+    dims: tuple[str, ...]
+    replicated: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One value a relation or an invariant compares: got against want, within `tolerance` (elementwise)."""
+
+    label: str
+    got: np.ndarray
+    want: np.ndarray
+    tolerance: np.ndarray
+
+
+# A relation's compare step: (first case, its values, derived cases, their values, tolerance of a case).
+Compare = Callable[["Case", Arrays, "tuple[Case, ...]", "tuple[Arrays, ...]", Callable[["Case"], Arrays]],
+                   list[Comparison]]
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A metamorphic relation: `derive` makes the cases of the second calls from the first case (none where it
+    does not apply), and `compare` says what their results must equal. Each side is within its own tolerance,
+    so the comparisons' tolerances add both."""
+
+    name: str
+    derive: Callable[[Case], tuple[Case, ...]]
+    compare: Compare
+    # its derived cases bind other declared parameters (another mode): only for a subject that can be bound so,
+    # a built-in, never a user's function of one mode
+    rebinds: bool = False
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """A property of one call's values alone (a bound the function's results must respect): `check` returns
+    a message where it fails, else None."""
+
+    kind: str
+    check: Callable[[Case, Any, Arrays, Arrays], str | None]  # (case, exact, values, tolerances) -> failure
+
+
+@dataclass(frozen=True)
+class ValueMenu:
+    """How the strategies draw one float input: a labelled kind from `kinds` (weighted by repetition; the first
+    is the simplest, where shrinking goes), then `make(rng, kind, shape, zero_fraction)` makes the values."""
+
+    label: str
+    kinds: tuple[str, ...]
+    make: Callable[[np.random.Generator, str, tuple[int, ...], float], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The input domain the strategies draw from: a menu per float input, and `bound`, which scales drawn
+    values (by powers of two: exactly) so every exact result and partial sum is representable in the dtype.
+    `bound(values, dtype, repeats)` gets the float inputs before the rows of an expanded layout are repeated
+    (`repeats` times each)."""
+
+    menus: Mapping[str, ValueMenu]
+    bound: Callable[[Arrays, np.ndarray, str, int], Arrays]
+
+
+@dataclass(frozen=True)
+class Example:
+    """A worked example: inputs (nested lists), declared parameters, and the exact outputs."""
+
+    name: str
+    inputs: Mapping[str, Any]
+    outputs: Mapping[str, Any]
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A declared parameter: a choice made by the user, not an input of the function (a mode, a constant)."""
+
+    name: str
+    choices: tuple[Any, ...] | None  # None: any value `check` accepts (e.g. a positive number)
+    default: Any
+    help: str
+    aliases: Mapping[str, Any] = field(default_factory=dict)  # other spellings of the same choices
+    check: Callable[[Any], Any] | None = None  # for a parameter without choices: its value, or ValueError
+
+    def value(self, given: Any) -> Any:
+        """The canonical value of `given` (an alias resolved); ValueError naming the parameter if invalid."""
+        value = self.aliases.get(given, given) if isinstance(given, str) else given
+        if self.choices is not None and value not in self.choices:
+            spellings = ", ".join(map(str, (*self.choices, *self.aliases)))
+            raise ValueError(f"{self.name} must be one of {spellings}, got {given!r}")
+        return self.check(value) if self.check is not None else value
+
+
+@dataclass(frozen=True, eq=False)  # one value per (contract, parameters): reference.contracts makes each once
+class Contract:
+    """The record of one function under test. Its callables are the contract module's own functions.
+
+    Exact results: `exact(case)` returns an object with `outputs() -> {name: float64 array}` and whatever the
+    tolerance needs; `vjp(case, cotangents, exact)` one with `inputs() -> {differentiable input: gradient}`.
+    Tolerances (reference/tolerance.py's model, derived per contract in docs/tolerance.md):
+    `tolerance(exact, dtype, precision) -> {output: tol}`, `gradient_tolerance(gradients, cotangents, dtype,
+    precision) -> {input: (tol, ulp scale)}`. `ulp_scales(exact)`: the magnitude each output is computed at.
+    Overflow is not rounding: `forward_overflow` / `backward_overflow` explain a non-finite value where an
+    exact intermediate exceeds the dtype's range, or return None (then it is a plain bug)."""
+
+    name: str
+    title: str
+    signature: str  # how the README and the snippets call it: "fn(token_log_probs, advantages, token_mask)"
+    inputs: tuple[Input, ...]
+    outputs: tuple[Output, ...]
+    returns_mapping: bool  # a Mapping of the outputs by name; else the single output itself
+    exact: Callable[[Case], Any]
+    vjp: Callable[[Case, Arrays, Any], Any]
+    tolerance: Callable[[Any, str, str], Arrays]
+    gradient_tolerance: Callable[[Any, Arrays, str, str], dict[str, tuple[np.ndarray, np.ndarray]]]
+    ulp_scales: Callable[[Any], dict[str, Any]]
+    output_dtypes: Callable[[str], tuple[str, ...]]  # the dtypes an output may have for an input dtype
+    forward_overflow: Callable[[Any, str, str], str | None]  # (exact, dtype, output) -> explanation
+    backward_overflow: Callable[[Any, Arrays, str, str], str | None]  # (gradients, cotangents, dtype, precision)
+    domain: Domain
+    relations: tuple[Relation, ...]
+    invariants: tuple[Invariant, ...]
+    cotangent_kinds: tuple[str, ...]
+    cotangents: Callable[[str, np.random.Generator, Case], Arrays]  # (kind, rng, case) -> a cotangent per output
+    examples: tuple[Example, ...]
+    parameters: tuple[Parameter, ...] = ()
+    bound: Mapping[str, Any] = field(default_factory=dict)  # the declared parameters' values
+    # the parameters' joint rules (one that only matters in some modes normalized away, one a mode needs)
+    parameter_rules: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # the parameter sets the campaign draws from, one per example, for a built-in that takes them all
+    parameter_menu: tuple[Mapping[str, Any], ...] = ()
+    # how a report names the bound parameters that matter ("seq-mean-token-mean, rows=all")
+    parameter_label: Callable[[Mapping[str, Any]], str] | None = None
+    # a wrong value explained in the contract's terms ("equals seq-mean-token-sum / 16, the padded width")
+    explain: Callable[[Case, Arrays], str | None] | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by name and parameters (to worker and rank processes): the record is rebuilt there from the
+        contract's module, so its functions never travel."""
+        from reference.contracts import get_contract
+
+        return get_contract, (self.name, dict(self.bound))
+
+    # --- names and shapes -------------------------------------------------------------------------------
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(spec.name for spec in self.inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(spec.name for spec in self.outputs)
+
+    @property
+    def differentiable_inputs(self) -> tuple[Input, ...]:
+        return tuple(spec for spec in self.inputs if spec.differentiable)
+
+    @property
+    def mask(self) -> Input:
+        """The input that says which tokens count."""
+        return next(spec for spec in self.inputs if spec.role == "mask")
+
+    def input(self, name: str) -> Input:
+        return next(spec for spec in self.inputs if spec.name == name)
+
+    def output_shape(self, name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(sizes[dim] for dim in next(spec for spec in self.outputs if spec.name == name).dims)
+
+    # --- declared parameters ----------------------------------------------------------------------------
+    @property
+    def parameters_text(self) -> str:
+        """The bound parameters that matter, for reports: "seq-mean-token-mean, rows=all" ("" without any)."""
+        if not self.bound:
+            return ""
+        if self.parameter_label is not None:
+            return self.parameter_label(self.bound)
+        return ", ".join(f"{name}={value}" for name, value in self.bound.items())
+
+    @property
+    def label(self) -> str:
+        """The contract and its bound parameters, for reports: "reduction (seq-mean-token-mean, rows=all)"."""
+        return f"{self.name} ({self.parameters_text})" if self.bound else self.name
+
+    def bind(self, **values: Any) -> Contract:
+        """The contract with its declared parameters set (one value per set: reference.contracts makes it);
+        ValueError naming a parameter that is unknown or invalid (a missing one keeps its value or default)."""
+        from reference.contracts import get_contract
+
+        return get_contract(self.name, {**self.bound, **values})
+
+    def canonical_parameters(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Every declared parameter's canonical value (aliases resolved, defaults filled in); ValueError naming
+        one that is unknown or invalid."""
+        known = {spec.name: spec for spec in self.parameters}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ValueError(f"the {self.name} contract has no parameter {unknown[0]!r}; "
+                             f"its parameters: {', '.join(known) or 'none'}")
+        canonical = {name: spec.value(values.get(name, spec.default)) for name, spec in known.items()}
+        return self.parameter_rules(canonical) if self.parameter_rules is not None else canonical
+
+    def with_bound(self, parameters: Mapping[str, Any]) -> Contract:
+        """A new record with these (canonical) parameter values: for reference.contracts only."""
+        return replace(self, bound=dict(parameters))
+
+    @property
+    def expected_result(self) -> str:
+        """What the function must return, for messages."""
+        if self.returns_mapping:
+            return f"a dict with keys {self.output_names}"  # any Mapping is accepted; a dict is what users write
+        return f"the array {self.outputs[0].name!r}"
+
+    def outputs_of(self, result: Any) -> Mapping[str, Any] | None:
+        """The function's result as {output: value}, or None where its structure is not the contract's."""
+        if self.returns_mapping:
+            return result if isinstance(result, Mapping) else None
+        return {self.outputs[0].name: result}
+
+    def sizes(self, values: Mapping[str, np.ndarray]) -> dict[str, int]:
+        """The size of each dimension name ("batch", "tokens") in a set of input values."""
+        sizes: dict[str, int] = {}
+        for spec in self.inputs:
+            sizes.update(zip(spec.dims, np.shape(values[spec.name])))
+        return sizes
+
+    def bytes_moved(self, sizes: Mapping[str, int], itemsize: int) -> int:
+        """Bytes one call must touch at least: every input read once (a mask 1 byte per element) and every
+        output written once, in the input dtype."""
+        def count(dims: Sequence[str]) -> int:
+            return math.prod(sizes[dim] for dim in dims)
+
+        read = sum(count(spec.dims) * (1 if spec.kind == "bool" else itemsize) for spec in self.inputs)
+        return read + sum(count(spec.dims) * itemsize for spec in self.outputs)

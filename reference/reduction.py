@@ -1,0 +1,586 @@
+"""The loss reductions: a scalar loss from per-token losses and a mask, in the mode the trainer declares (the
+RLHF book, 6.3.2; verl's `agg_loss` modes, TRL's `loss_type`).
+
+`fn(token_losses, token_mask) -> loss`, where `token_losses` (batch, tokens) is the per-token loss with the
+advantage already folded in and `loss` a 0-d array. With n_i = sum_t m_it, N = sum_i n_i, B rows, B+ the rows
+with n_i > 0, D = B (rows="all") or B+ (rows="nonempty"), S_i = sum_t m_it l_it and T = sum_i S_i:
+
+    token-mean               (per-token)       T / N
+    seq-mean-token-mean      (per-sequence)    (1/D) sum_{i: n_i > 0} S_i / n_i
+    seq-mean-token-sum-norm  (fixed-length)    T / (D L_max), L_max a declared positive constant
+    seq-mean-token-sum                         T / D
+    token-sum                                  T
+
+Every zero denominator gives exactly 0 and a gradient that exists and is exactly 0: the loss stays connected to
+`token_losses`. d L / d l_it = m_it w_i with w_i = 1/N, 1/(D n_i), 1/(D L_max), 1/D, 1. The loss is in the input
+dtype or, for float16 and bfloat16 inputs, in float32 (trainers keep their loss in float32 on purpose).
+
+This module is the whole contract: the exact forward (`math.fsum`), the exact VJP, the tolerance (derived in
+docs/tolerance.md, "The loss reductions"), the relations, the input domain, the cotangents, the examples, the
+declared parameters and the explanation of a wrong value in the contract's terms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from reference.case import Case
+from reference.contract import Comparison, Contract, Domain, Example, Input, Output, Parameter, Relation, ValueMenu
+from reference.dtypes import HALF_DTYPES, accumulation_dtype, largest, round_to, smallest_subnormal, unit_roundoff
+from reference.exact import exact_results
+from reference.tolerance import CONTRACT, REFERENCE_VECTOR_ERROR, SAFETY, Precision, gamma
+from reference.values import draw_values
+
+LOSSES, MASK, LOSS = "token_losses", "token_mask", "loss"
+TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN = "token-mean", "seq-mean-token-mean"
+SEQ_MEAN_TOKEN_SUM_NORM, SEQ_MEAN_TOKEN_SUM, TOKEN_SUM = "seq-mean-token-sum-norm", "seq-mean-token-sum", "token-sum"
+MODES = (TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, SEQ_MEAN_TOKEN_SUM, TOKEN_SUM)
+ROW_MODES = (SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, SEQ_MEAN_TOKEN_SUM)  # those that divide by D
+ROWS = ("all", "nonempty")
+# The book's names and the trainers' spellings of the same modes (TRL's loss_type, SkyRL's and tunix's names).
+MODE_ALIASES = {
+    "per-token": TOKEN_MEAN, "per-sequence": SEQ_MEAN_TOKEN_MEAN, "fixed-length": SEQ_MEAN_TOKEN_SUM_NORM,
+    "bnpo": TOKEN_MEAN, "dapo": TOKEN_MEAN, "grpo": SEQ_MEAN_TOKEN_MEAN, "dr_grpo": SEQ_MEAN_TOKEN_SUM_NORM,
+    "token_mean": TOKEN_MEAN, "sequence_mean": SEQ_MEAN_TOKEN_MEAN, "seq_mean_token_sum_norm": SEQ_MEAN_TOKEN_SUM_NORM,
+    "sequence-mean-token-mean": SEQ_MEAN_TOKEN_MEAN, "sequence-mean-token-sum": SEQ_MEAN_TOKEN_SUM,
+    "sequence-mean-token-sum-norm": SEQ_MEAN_TOKEN_SUM_NORM,
+}
+# The campaign's fixed length for the built-ins (Dr. GRPO's L_max is the maximum completion length): not a
+# power of two, so dividing by it rounds.
+CAMPAIGN_L_MAX = 1000.0
+
+
+# --------------------------------------------------------------------------------------------- exact forward
+
+@dataclass(frozen=True)
+class Exact:
+    """The exact loss and what the tolerance model and the explanations need (float64, exactly rounded sums)."""
+
+    loss: np.ndarray  # ()
+    mode: str
+    rows: str
+    l_max: float | None
+    counts: np.ndarray  # (batch,) int64, n_i
+    row_sums: np.ndarray  # (batch,) S_i, each correctly rounded
+    magnitudes: np.ndarray  # (batch,) M_i = sum_t m_it |l_it|
+    total: float  # T, correctly rounded
+    row_means: float  # sum_{n_i > 0} S_i / n_i
+    tokens: int  # the padded width
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        return {LOSS: self.loss}
+
+    @property
+    def batch(self) -> int:
+        return len(self.counts)
+
+    @property
+    def nonempty(self) -> int:
+        return int((self.counts > 0).sum())
+
+    def rows_divisor(self, rows: str | None = None) -> int:
+        """D: every row, or the rows with a selected token."""
+        return self.batch if (rows or self.rows) == "all" else self.nonempty
+
+
+def _loss(mode: str, total: float, row_means: float, tokens: int, rows_divisor: int, l_max: float | None) -> float:
+    """L of a mode from the exact sums, each step one float64 rounding; 0 where the denominator is 0."""
+    if mode == TOKEN_SUM:
+        return total
+    if mode == TOKEN_MEAN:
+        return total / tokens if tokens else 0.0
+    if not rows_divisor:
+        return 0.0
+    if mode == SEQ_MEAN_TOKEN_MEAN:
+        return row_means / rows_divisor
+    if mode == SEQ_MEAN_TOKEN_SUM:
+        return total / rows_divisor
+    return total / (rows_divisor * float(l_max))
+
+
+def reference(token_losses: np.ndarray, token_mask: np.ndarray, mode: str, rows: str = "all",
+              l_max: float | None = None) -> Exact:
+    """The exact loss of float64 inputs (masked positions may hold anything, inf and NaN included)."""
+    losses = np.asarray(token_losses, dtype=np.float64)
+    mask = np.asarray(token_mask, dtype=bool)
+    if not np.isfinite(losses[mask]).all():
+        raise ValueError("token_losses must be finite wherever token_mask is true")
+    counts = mask.sum(axis=1, dtype=np.int64)
+    row_sums = np.array([math.fsum(row[keep]) for row, keep in zip(losses, mask)], dtype=np.float64).reshape(-1)
+    total = math.fsum(losses[mask])
+    row_means = math.fsum(s / n for s, n in zip(row_sums, counts) if n > 0)
+    magnitudes = np.abs(np.where(mask, losses, 0.0)).sum(axis=1)
+    exact = Exact(np.array(0.0), mode, rows, l_max, counts, row_sums, magnitudes, total, row_means, losses.shape[1])
+    divisor = exact.rows_divisor()
+    loss = _loss(mode, total, row_means, int(counts.sum()), divisor, l_max)
+    return Exact(np.array(loss), mode, rows, l_max, counts, row_sums, magnitudes, total, row_means, losses.shape[1])
+
+
+def exact(case: Case) -> Exact:
+    bound = case.contract.bound
+    return reference(case.token_losses, case.token_mask, bound["mode"], bound["rows"], bound["l_max"])
+
+
+def row_weights(expected: Exact) -> np.ndarray:
+    """w_i = d L / d S_i for each row (d L / d l_it = m_it w_i), 0 where the denominator is 0."""
+    counts, divisor = expected.counts, expected.rows_divisor()
+    total_tokens = int(counts.sum())
+    ones = np.ones(expected.batch)
+    if expected.mode == TOKEN_SUM:
+        return ones
+    if expected.mode == TOKEN_MEAN:
+        return ones / total_tokens if total_tokens else 0 * ones
+    if not divisor:
+        return 0 * ones
+    if expected.mode == SEQ_MEAN_TOKEN_MEAN:
+        return np.where(counts > 0, 1.0 / (divisor * np.maximum(counts, 1)), 0.0)
+    if expected.mode == SEQ_MEAN_TOKEN_SUM:
+        return ones / divisor
+    return ones / (divisor * float(expected.l_max))
+
+
+# ----------------------------------------------------------------------------------------------- exact VJP
+
+@dataclass(frozen=True)
+class Gradients:
+    """d (c L) / d l_it = c m_it w_i: exactly 0 at masked positions and wherever the denominator is 0."""
+
+    token_losses: np.ndarray
+    cotangent: float
+    weights: np.ndarray  # w_i
+    expected: Exact
+    token_mask: np.ndarray
+
+    def inputs(self) -> dict[str, np.ndarray]:
+        return {LOSSES: self.token_losses}
+
+
+def case_vjp(case: Case, cotangents: dict[str, np.ndarray], expected: Exact | None = None) -> Gradients:
+    expected = expected if expected is not None else exact(case)
+    cotangent = float(np.asarray(cotangents[LOSS]))
+    weights = row_weights(expected)
+    gradient = np.where(case.token_mask, (cotangent * weights)[:, None], 0.0).reshape(case.token_mask.shape)
+    return Gradients(gradient, cotangent, weights, expected, case.token_mask)
+
+
+# ----------------------------------------------------------------------------------------------- tolerance
+
+@dataclass(frozen=True)
+class Roundings:
+    """Roundings in the input dtype the plain formulation of a mode makes outside its accumulations: per row (the
+    row sum rounded to the dtype, and for per-sequence the count's cast and the division by it), after the batch
+    sum (the sum rounded, the divisor's cast and the divisions, the cast of the loss) and in the backward (the
+    cotangent's cast, each division's backward, the cast of the gradient)."""
+
+    row: int
+    final: int
+    backward: int
+
+
+# docs/tolerance.md, "The loss reductions": e.g. seq-mean-token-mean as `(where(m, l, 0).sum(-1) / n.clamp(1)).mean()`
+# rounds the row sum, casts the count and divides (3 per row), rounds the batch sum, divides by B and casts the
+# loss (4 after); its autograd casts the cotangent, divides by B, casts the count, divides by it and rounds
+# (7). A fixed length divides twice (by L_max and by D) and casts both.
+ROUNDINGS = {
+    TOKEN_MEAN: Roundings(row=1, final=4, backward=4),
+    SEQ_MEAN_TOKEN_MEAN: Roundings(row=3, final=4, backward=7),
+    SEQ_MEAN_TOKEN_SUM_NORM: Roundings(row=1, final=6, backward=6),
+    SEQ_MEAN_TOKEN_SUM: Roundings(row=1, final=4, backward=4),
+    TOKEN_SUM: Roundings(row=1, final=2, backward=2),
+}
+STRICT_STEPS = 4  # the built-ins' divisions and casts after their sums, all in the accumulation dtype
+
+
+def _row_scale(expected: Exact) -> np.ndarray:
+    """The factor each row's sum enters the loss with, before the final division: 1 or 1/n_i."""
+    if expected.mode == SEQ_MEAN_TOKEN_MEAN:
+        return np.where(expected.counts > 0, 1.0 / np.maximum(expected.counts, 1), 0.0)
+    return np.ones(expected.batch)
+
+
+def _denominator(expected: Exact) -> float:
+    """Q, the final divisor: N, D, D L_max, D or 1; 0 where the loss is 0 by the guard."""
+    tokens, divisor = int(expected.counts.sum()), expected.rows_divisor()
+    return {TOKEN_MEAN: float(tokens), TOKEN_SUM: 1.0, SEQ_MEAN_TOKEN_SUM: float(divisor),
+            SEQ_MEAN_TOKEN_MEAN: float(divisor),
+            SEQ_MEAN_TOKEN_SUM_NORM: divisor * float(expected.l_max or 0.0)}[expected.mode]
+
+
+def strict_output_dtype(dtype: str) -> str:
+    """The built-ins' loss: float32 for half inputs (computed there, rounded once), else the input dtype."""
+    return accumulation_dtype(dtype)
+
+
+def tolerance(expected: Exact, dtype: str, precision: Precision = CONTRACT, extra: int = 0) -> dict[str, np.ndarray]:
+    """|L' - L| bound for an implementation running on `dtype` inputs (docs/tolerance.md, "The loss reductions").
+
+    Each row's sum of n_i terms (any order, at least float32) errs by gamma(n_i + 1, u_acc) M_i; the rows enter
+    with factor r_i (1, or 1/n_i per sequence), their sum over the batch adds gamma(B, u_acc) of its magnitude,
+    and the elementwise roundings in the input dtype (contract) scale what they round; the final division by Q
+    divides all of it. `extra`: more roundings after the batch sum (reference/accumulation.py's combination)."""
+    denominator = _denominator(expected)
+    if denominator == 0:
+        return {LOSS: np.array(0.0)}  # a zero denominator gives exactly 0
+    u_acc, u_in = unit_roundoff(accumulation_dtype(dtype)), unit_roundoff(dtype)
+    scale, magnitudes, counts = _row_scale(expected), expected.magnitudes, expected.counts
+    summation = gamma(counts + 1, u_acc) * magnitudes
+    weighted = float(np.sum(scale * magnitudes))  # W: the magnitude the batch sum works at
+    loss = float(abs(expected.loss))
+    if precision.strict:
+        out = strict_output_dtype(dtype)
+        rows = float(np.sum(scale * (summation + gamma(1, u_acc) * magnitudes)))
+        before = rows + gamma(expected.batch, u_acc) * (weighted + rows)
+        tol = (before + gamma(STRICT_STEPS + extra, u_acc) * (weighted + before)) / denominator
+        tol = SAFETY * (tol + unit_roundoff(out) * loss + smallest_subnormal(out))
+    else:
+        counts_of, eta = ROUNDINGS[expected.mode], smallest_subnormal(dtype)
+        final = counts_of.final + extra
+        rows = float(np.sum(scale * (summation + gamma(counts_of.row, u_in) * (magnitudes + summation))))
+        before = rows + gamma(expected.batch, u_acc) * (weighted + rows)
+        tol = ((before + gamma(final, u_in) * (weighted + before)) / denominator
+               + (counts_of.row + final) * eta + 4 * REFERENCE_VECTOR_ERROR * (weighted / denominator + loss))
+    return {LOSS: np.array(float(tol))}
+
+
+def ulp_scales(expected: Exact) -> dict[str, float]:
+    denominator = _denominator(expected)
+    return {LOSS: float(np.sum(_row_scale(expected) * expected.magnitudes)) / denominator if denominator else 0.0}
+
+
+def output_dtypes(dtype: str) -> tuple[str, ...]:
+    """The input dtype, or float32 for half inputs: never narrower, and float64 stays float64."""
+    return (dtype, "float32") if dtype in HALF_DTYPES else (dtype,)
+
+
+def gradient_tolerance(gradients: Gradients, cotangents: dict[str, np.ndarray], dtype: str,
+                       precision: Precision = CONTRACT, extra: int = 0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """d l_it = c m_it w_i with exact weights (counts are exact): only the backward's own roundings err, each a
+    relative error of the term, and the gradient is rounded to the input dtype at the end. `extra`: more
+    roundings of each term (reference/accumulation.py's combination)."""
+    u_acc, u_in, eta = unit_roundoff(accumulation_dtype(dtype)), unit_roundoff(dtype), smallest_subnormal(dtype)
+    magnitude = np.abs(gradients.cotangent * gradients.weights)
+    if precision.strict:
+        bound = SAFETY * (magnitude * (gamma(STRICT_STEPS + extra, u_acc) + (1 + extra) * u_in) + eta)
+    else:
+        steps = ROUNDINGS[gradients.expected.mode].backward + extra
+        bound = magnitude * (gamma(steps, u_in) + REFERENCE_VECTOR_ERROR) + steps * eta
+    mask = gradients.token_mask
+    tol = np.where(mask, np.asarray(bound)[:, None], 0.0).reshape(mask.shape)
+    scale = np.where(mask, magnitude[:, None], 0.0).reshape(mask.shape)
+    return {LOSSES: (tol, scale)}
+
+
+def forward_overflow(expected: Exact, dtype: str, output: str) -> str | None:
+    return None  # the domain keeps every exact sum below the dtype's largest / 64: a non-finite loss is a bug
+
+
+def backward_overflow(gradients: Gradients, cotangents: dict[str, np.ndarray], dtype: str,
+                      precision: Precision) -> str | None:
+    return None  # |w_i| <= 1 and the cotangents are O(1): no exact intermediate of the backward nears the range
+
+
+# ----------------------------------------------------------------------------------------------- relations
+
+PADDING_VALUE = -3.5
+TOKEN_SIZES = (1, 3, 7, 16, 33, 300, 512, 1031, 4096)  # the strategies' token sizes: where padding lands
+
+
+def _rebound(case: Case, **parameters: object) -> Case:
+    return case.with_(contract=case.contract.bind(**parameters))
+
+
+def _pad_derive(case: Case) -> tuple[Case, ...]:
+    batch, tokens = case.shape
+    extra = next((size for size in TOKEN_SIZES if size > tokens), 2 * tokens) - tokens
+    return (case.with_(token_losses=np.hstack([case.token_losses, np.full((batch, extra), PADDING_VALUE)]),
+                       token_mask=np.hstack([case.token_mask, np.zeros((batch, extra), bool)])),)
+
+
+def _same(case, values, derived, results, tol) -> list[Comparison]:
+    """Each derived call gives the first call's loss (each within its own tolerance)."""
+    return [Comparison(LOSS, result[LOSS], values[LOSS], tol(case)[LOSS] + tol(second)[LOSS])
+            for second, result in zip(derived, results)]
+
+
+def _permute_derive(case: Case) -> tuple[Case, ...]:
+    batch, tokens = case.shape
+    order = np.random.default_rng(batch * 7919 + tokens).permutation(batch)
+    return (case.with_(token_losses=case.token_losses[order], token_mask=case.token_mask[order],
+                       layout="contiguous" if case.layout == "expanded" else case.layout),)
+
+
+SCALES = (2.0, -4.0)  # powers of two and a sign: exact, and within the domain's headroom
+
+
+def _scale_derive(case: Case) -> tuple[Case, ...]:
+    return tuple(case.with_(token_losses=case.token_losses * factor) for factor in SCALES)
+
+
+def _scale_compare(case, values, derived, results, tol) -> list[Comparison]:
+    first = tol(case)[LOSS]
+    return [Comparison(f"by {factor:g}", result[LOSS], factor * values[LOSS], abs(factor) * first + tol(second)[LOSS])
+            for factor, second, result in zip(SCALES, derived, results)]
+
+
+def _empty_row_derive(case: Case) -> tuple[Case, ...]:
+    tokens = case.shape[1]
+    return (case.with_(token_losses=np.vstack([case.token_losses, np.full((1, tokens), PADDING_VALUE)]),
+                       token_mask=np.vstack([case.token_mask, np.zeros((1, tokens), bool)]),
+                       layout="contiguous" if case.layout == "expanded" else case.layout),)
+
+
+def _empty_row_factor(case: Case) -> float:
+    """What a fully masked row appended to the batch does to L: nothing, or B/(B+1) where D counts every row."""
+    bound, batch = case.contract.bound, case.shape[0]
+    if bound["mode"] in ROW_MODES and bound["rows"] == "all" and batch:
+        return batch / (batch + 1)
+    return 1.0
+
+
+def _empty_row_compare(case, values, derived, results, tol) -> list[Comparison]:
+    factor = _empty_row_factor(case)
+    return [Comparison(f"times {factor:.6g}", results[0][LOSS], factor * values[LOSS],
+                       factor * tol(case)[LOSS] + tol(derived[0])[LOSS])]
+
+
+def _duplicate_derive(case: Case) -> tuple[Case, ...]:
+    return (case.with_(token_losses=np.vstack([case.token_losses] * 2), token_mask=np.vstack([case.token_mask] * 2)),)
+
+
+def _duplicate_compare(case, values, derived, results, tol) -> list[Comparison]:
+    factor = 2.0 if case.contract.bound["mode"] == TOKEN_SUM else 1.0  # every mean is the same; a sum doubles
+    return [Comparison(f"times {factor:g}", results[0][LOSS], factor * values[LOSS],
+                       factor * tol(case)[LOSS] + tol(derived[0])[LOSS])]
+
+
+def _fixed_length_derive(case: Case) -> tuple[Case, ...]:
+    """Fixed-length and seq-mean-token-sum differ by the constant L_max only: the other of the two."""
+    bound = case.contract.bound
+    if bound["mode"] == SEQ_MEAN_TOKEN_SUM_NORM:
+        return (_rebound(case, mode=SEQ_MEAN_TOKEN_SUM, l_max=None),)
+    if bound["mode"] == SEQ_MEAN_TOKEN_SUM:
+        return (_rebound(case, mode=SEQ_MEAN_TOKEN_SUM_NORM, l_max=CAMPAIGN_L_MAX),)
+    return ()
+
+
+def _fixed_length_compare(case, values, derived, results, tol) -> list[Comparison]:
+    if not derived:
+        return []
+    norm_first = case.contract.bound["mode"] == SEQ_MEAN_TOKEN_SUM_NORM
+    l_max = case.contract.bound["l_max"] if norm_first else derived[0].contract.bound["l_max"]
+    factor = l_max if norm_first else 1.0 / l_max  # seq-mean-token-sum = fixed-length x L_max
+    return [Comparison(f"times {factor:.6g}", results[0][LOSS], factor * values[LOSS],
+                       abs(factor) * tol(case)[LOSS] + tol(derived[0])[LOSS])]
+
+
+def _equal_counts_derive(case: Case) -> tuple[Case, ...]:
+    """Every non-empty row trimmed to the same count k (its first k selected tokens, k the smallest count), where
+    per-sequence is per-token times B+/D; the case in its own mode and in the other of the two. Only masking more:
+    the values stay in the domain."""
+    bound, mask = case.contract.bound, case.token_mask
+    counts = mask.sum(axis=1)
+    if bound["mode"] not in (TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN) or not (counts > 0).any():
+        return ()
+    smallest = counts[counts > 0].min()
+    equal = case.with_(token_mask=mask & (np.cumsum(mask, axis=1) <= smallest))
+    other = SEQ_MEAN_TOKEN_MEAN if bound["mode"] == TOKEN_MEAN else TOKEN_MEAN
+    return equal, _rebound(equal, mode=other)
+
+
+def _equal_counts_compare(case, values, derived, results, tol) -> list[Comparison]:
+    if not derived:
+        return []
+    per_sequence, per_token = (0, 1) if derived[0].contract.bound["mode"] == SEQ_MEAN_TOKEN_MEAN else (1, 0)
+    rows, nonempty = derived[per_sequence].contract.bound["rows"], int((derived[0].token_mask.sum(axis=1) > 0).sum())
+    factor = nonempty / (case.shape[0] if rows == "all" else nonempty)  # B+ / D
+    return [Comparison(f"per-sequence = per-token times {factor:.6g}", results[per_sequence][LOSS],
+                       factor * results[per_token][LOSS],
+                       factor * tol(derived[per_token])[LOSS] + tol(derived[per_sequence])[LOSS])]
+
+
+RELATIONS = (
+    # masked columns appended change nothing in any mode: this is what catches L_max = the padded width
+    Relation("pad with masked columns", _pad_derive, _same),
+    Relation("permute rows", _permute_derive, _same),
+    Relation("scale by a power of two", _scale_derive, _scale_compare),
+    # a fully masked row appended: token-mean and rows="nonempty" unchanged, rows="all" scaled by B/(B+1)
+    Relation("append an empty row", _empty_row_derive, _empty_row_compare),
+    Relation("duplicate the batch", _duplicate_derive, _duplicate_compare),
+    Relation("fixed-length times L_max", _fixed_length_derive, _fixed_length_compare, rebinds=True),
+    Relation("equal counts", _equal_counts_derive, _equal_counts_compare, rebinds=True),
+)
+
+
+# ------------------------------------------------------------------------------------------- input domain
+
+LOSS_KINDS = ("general", "small integers", "log-probs")  # both signs first: losses are -A_i times a ratio
+
+
+def _bound(values: dict[str, np.ndarray], mask: np.ndarray, dtype: str, repeats: int) -> dict[str, np.ndarray]:
+    """Every row's sum_t m_it |l_it| and the whole batch's below largest(dtype) / 64: the loss, every sum and
+    every partial sum is representable in the input dtype itself (token-sum may return it there)."""
+    losses = values[LOSSES]
+    magnitudes = np.abs(np.where(mask, losses, 0)).sum(axis=1) if losses.shape[1] else np.zeros(len(losses))
+    worst = max(float(np.max(magnitudes, initial=0.0)), float(np.sum(magnitudes)) * repeats) * 64 / largest(dtype)
+    if worst <= 1:
+        return values
+    return {LOSSES: losses * 2.0 ** -np.ceil(np.log2(worst))}
+
+
+DOMAIN = Domain(menus={LOSSES: ValueMenu("token loss values", LOSS_KINDS, draw_values)}, bound=_bound)
+
+COTANGENT_KINDS = ("one", "drawn", "zero")  # loss.backward() is the first; a scale of either sign; nothing
+
+
+def cotangents(kind: str, rng: np.random.Generator, case: Case) -> dict[str, np.ndarray]:
+    value = {"one": 1.0, "zero": 0.0}.get(kind)
+    drawn = round_to(np.array(rng.normal()), case.dtype) if value is None else np.array(value)
+    return {LOSS: np.asarray(drawn, dtype=np.float64)}
+
+
+# ------------------------------------------------------------------------------------------- explanations
+
+def _candidates(expected: Exact) -> list[tuple[str, float]]:
+    """Exact values of what a wrong implementation of the declared mode often computes instead, each with what it
+    says about the code; the declared mode's own slips first, then the other modes and conventions."""
+    mode, rows, l_max = expected.mode, expected.rows, expected.l_max
+    tokens, padded, batch = int(expected.counts.sum()), expected.tokens, expected.batch
+    divisor = expected.rows_divisor()
+    found: list[tuple[str, float]] = []
+    if mode == SEQ_MEAN_TOKEN_SUM_NORM and divisor:
+        if padded:
+            found.append((f"{mode} with L_max = {padded}, the padded width: L_max taken from the shape?",
+                          expected.total / (divisor * padded)))
+        found.append((f"{mode} without the 1/D: sum / L_max alone?", expected.total / float(l_max or 1.0)))
+    if mode != TOKEN_SUM:
+        if batch and padded:
+            found.append((f"the mean over all {batch}x{padded} positions: .mean() over the padding too?",
+                          expected.total / (batch * padded)))
+        clamped = int(np.maximum(expected.counts, 1).sum())
+        if clamped != tokens and clamped:
+            found.append((f"sum / {clamped}: a per-row clamp(min=1) summed into N (N = {tokens})?",
+                          expected.total / clamped))
+    if mode == SEQ_MEAN_TOKEN_MEAN and divisor:
+        found.append(("the per-sequence mean divided by D twice?", expected.row_means / divisor / divisor))
+    for candidate in MODES:
+        for convention in (ROWS if candidate in ROW_MODES else ("all",)):
+            if (candidate, convention) == (mode, rows if mode in ROW_MODES else "all"):
+                continue
+            value = _loss(candidate, expected.total, expected.row_means, tokens, expected.rows_divisor(convention),
+                          l_max or CAMPAIGN_L_MAX)
+            if candidate == mode:  # the other rows convention
+                counted = "every row" if convention == "all" else "only the rows with a selected token"
+                found.append((f"{mode} with D counting {counted}: rows={convention}, where rows={rows} is declared?",
+                              value))
+            else:
+                name = candidate + (f" (rows={convention})" if candidate in ROW_MODES else "")
+                found.append((f"{name}, where {mode} is declared?", value))
+    return found
+
+
+def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
+    """A wrong loss named in the contract's terms where it equals one of the usual mistakes' exact values (all
+    that it equals, the likeliest first: a small case can make several coincide)."""
+    expected = exact_results(case)  # the declared mode's
+    got = float(np.asarray(values[LOSS]))
+    if not math.isfinite(got):
+        return None
+    scale = max(float(tolerance(expected, case.dtype)[LOSS]), 1e-300)
+    matches = [(text, value) for text, value in _candidates(expected)
+               if abs(got - value) <= 2 * scale + 8 * unit_roundoff(case.dtype) * abs(value)
+               and abs(value - float(expected.loss)) > 2 * scale]
+    if not matches:
+        return None
+    return f"it equals {matches[0][1]:.6g}, the exact " + "; or ".join(text for text, _ in matches[:3])
+
+
+# -------------------------------------------------------------------------------------------------- record
+
+def _parameter_rules(bound: dict[str, object]) -> dict[str, object]:
+    """rows only matters where L divides by D, L_max only for fixed length: the others are normalized away (so
+    the same reduction has one label), and fixed length needs its L_max."""
+    mode = bound["mode"]
+    if mode not in ROW_MODES:
+        bound["rows"] = "all"
+    if mode != SEQ_MEAN_TOKEN_SUM_NORM:
+        bound["l_max"] = None
+    elif bound["l_max"] is None:
+        raise ValueError("the seq-mean-token-sum-norm (fixed-length) mode needs l_max, its positive constant L_max")
+    else:
+        bound["l_max"] = float(bound["l_max"])
+        if not 0 < bound["l_max"] < math.inf:
+            raise ValueError(f"l_max must be a positive number, got {bound['l_max']!r}")
+    return bound
+
+
+def _label(bound: dict[str, object]) -> str:
+    mode = str(bound["mode"])
+    if mode == SEQ_MEAN_TOKEN_SUM_NORM:
+        return f"{mode}, rows={bound['rows']}, L_max={bound['l_max']:g}"
+    return f"{mode}, rows={bound['rows']}" if mode in ROW_MODES else mode
+
+
+def _positive_or_none(value: object) -> object:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"l_max must be a positive number, got {value!r}")
+    return value
+
+
+BOOK = {LOSSES: [[1, 1, 1, 1, 10, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1, 1, 1, 10]],
+        MASK: [[1, 1, 1, 1, 1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]]}
+EXAMPLES = (  # the RLHF book's example, section 6.3.2: sequence means 2.8 and 1.9
+    Example("the book's example, per-sequence", BOOK, {LOSS: 2.35}, {"mode": SEQ_MEAN_TOKEN_MEAN}),
+    Example("the book's example, per-token", BOOK, {LOSS: 33 / 15}, {"mode": TOKEN_MEAN}),
+    Example("the book's example, fixed-length", BOOK, {LOSS: 1.65}, {"mode": SEQ_MEAN_TOKEN_SUM_NORM, "l_max": 10}),
+    Example("the book's example, seq-mean-token-sum", BOOK, {LOSS: 16.5}, {"mode": SEQ_MEAN_TOKEN_SUM}),
+    Example("the book's example, token-sum", BOOK, {LOSS: 33}, {"mode": TOKEN_SUM}),
+    Example("all masked", {LOSSES: [[1, 2], [3, 4]], MASK: [[0, 0], [0, 0]]}, {LOSS: 0}, {"mode": TOKEN_MEAN}),
+)
+
+PARAMETERS = (
+    Parameter("mode", MODES, TOKEN_MEAN, "the reduction: " + ", ".join(MODES), MODE_ALIASES),
+    Parameter("rows", ROWS, "all", "what D counts: every row (the book's 1/B) or only rows with a selected token"),
+    Parameter("l_max", None, None, "L_max of seq-mean-token-sum-norm (fixed-length), a positive constant",
+              check=_positive_or_none),
+)
+
+# The campaign fuzzes the built-ins in every mode and convention, one drawn per example.
+CAMPAIGN_PARAMETERS: tuple[dict[str, object], ...] = tuple(
+    {"mode": mode, "rows": rows, "l_max": CAMPAIGN_L_MAX if mode == SEQ_MEAN_TOKEN_SUM_NORM else None}
+    for mode in MODES for rows in (ROWS if mode in ROW_MODES else ("all",)))
+
+CONTRACT = Contract(
+    name="reduction",
+    title="the loss reduction",
+    signature="fn(token_losses, token_mask) -> loss",
+    inputs=(
+        Input(LOSSES, ("batch", "tokens"), "float", "tokens", differentiable=True, mesh=("data", "sequence")),
+        Input(MASK, ("batch", "tokens"), "bool", "mask", mesh=("data", "sequence")),
+    ),
+    outputs=(Output(LOSS, (), replicated=("data", "sequence")),),
+    returns_mapping=False,
+    exact=exact,
+    vjp=case_vjp,
+    tolerance=tolerance,
+    gradient_tolerance=gradient_tolerance,
+    ulp_scales=ulp_scales,
+    output_dtypes=output_dtypes,
+    forward_overflow=forward_overflow,
+    backward_overflow=backward_overflow,
+    domain=DOMAIN,
+    relations=RELATIONS,
+    invariants=(),
+    cotangent_kinds=COTANGENT_KINDS,
+    cotangents=cotangents,
+    examples=EXAMPLES,
+    parameters=PARAMETERS,
+    parameter_rules=_parameter_rules,
+    parameter_menu=CAMPAIGN_PARAMETERS,
+    parameter_label=_label,
+    explain=explain,
+)

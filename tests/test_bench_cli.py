@@ -1,0 +1,162 @@
+"""`python -m bench`: what a run writes goes to the user's directory, and bad options are refused at once (exit 2)
+with the option's name and its valid choices; a run that times nothing fails with the reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Python's own cache of an imported module (pip precompiles these for an installed copy). pytest's cache of a
+# rewritten test module is named NAME.cpython-311-pytest-9.2.0.pyc, so it does not match.
+IMPORT_CACHE = re.compile(r"(^|/)__pycache__/[A-Za-z0-9_]+\.cpython-\d+\.pyc$")
+TINY = ("--implementations", "numpy", "--sizes", "small", "--dtypes", "float32", "--devices", "cpu", "--quick")
+# Printed at exit by the wrapper in `run_bench`: which frameworks the command had imported by then.
+IMPORTED = re.compile(r"^frameworks imported: (.*)$", re.MULTILINE)
+
+
+def run_bench(*args: str, cwd: Path, pythonpath: Path = ROOT, env: dict[str, str] | None = None,
+              preexec_fn: Callable[[], object] | None = None) -> subprocess.CompletedProcess[str]:
+    # `python -m bench` itself (runpy, as -m does), plus an exit hook that reports the frameworks imported.
+    wrapper = (
+        "import atexit, runpy, sys\n"
+        "atexit.register(lambda: print('frameworks imported:', sorted({'torch', 'jax'} & set(sys.modules)),"
+        " file=sys.stderr))\n"
+        "sys.argv = ['bench', *sys.argv[1:]]\n"
+        "runpy.run_module('bench', run_name='__main__', alter_sys=True)\n"
+    )
+    # No PYTHONDONTWRITEBYTECODE: what the run would write on a user's machine is written here too.
+    base = {"PYTHONPATH": str(pythonpath), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-c", wrapper, *args], cwd=cwd, capture_output=True, text=True,
+                          env={**base, **(env or {})}, timeout=300, preexec_fn=preexec_fn)
+
+
+def imported(result: subprocess.CompletedProcess[str]) -> str:
+    match = IMPORTED.search(result.stderr)
+    assert match, result.stderr
+    return match.group(1)
+
+
+def git_status(*paths: str, every_file: bool) -> set[str]:
+    command = ["git", "status", "--porcelain", "--ignored", "-z"] + (["-uall"] if every_file else [])
+    result = subprocess.run([*command, "--", *paths], cwd=ROOT, capture_output=True, text=True, check=True)
+    return {entry[3:] for entry in result.stdout.split("\0") if entry}
+
+
+def checkout_snapshot() -> set[str]:
+    """Every file under bench/ and where a run would write at the root, and the root's own entries."""
+    files = git_status("bench", ".benchmarks", ".pytest_cache", "out", every_file=True)
+    top = {entry for entry in git_status(every_file=False) if "/" not in entry.rstrip("/")}
+    return files | top
+
+
+def not_import_caches(paths: set[str]) -> set[str]:
+    return {path for path in paths if not IMPORT_CACHE.search(path)}
+
+
+def assert_the_run_wrote_into(directory: Path) -> None:
+    assert list((directory / ".benchmarks").glob("*/0001_*.json")), "the run was not autosaved there"
+    assert (directory / "out" / "bench" / "pytest-benchmark.json").is_file()
+    assert (directory / "out" / "bench" / "skipped.json").is_file()
+
+
+def test_a_run_from_another_directory_writes_there_and_nothing_into_the_checkout(tmp_path: Path) -> None:
+    usable = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    before = checkout_snapshot()
+    cpus = ("--cpus", str(usable)) if usable is not None else ()
+    result = run_bench(*TINY, *cpus, cwd=tmp_path)
+    new = not_import_caches(checkout_snapshot() - before)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert new == set(), f"written into the checkout: {sorted(new)}"
+    assert_the_run_wrote_into(tmp_path)
+    assert "numpy" in result.stdout and "floor" in result.stdout  # the table
+    # README's comparison of saved runs, from the same directory.
+    compare = subprocess.run([sys.executable, "-m", "pytest_benchmark", "compare", "0001", "--group-by=group"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert compare.returncode == 0, compare.stderr
+    assert "cpu-float32-small-numpy" in compare.stdout
+
+
+def test_an_installed_copy_runs_without_the_checkout_config_and_writes_nothing_next_to_itself(tmp_path: Path) -> None:
+    # The packages alone, as site-packages holds them: no pyproject.toml next to them. Above them, as above a
+    # virtualenv made inside a project, a config that pytest would read for the suite (it looks upwards from the
+    # test file), with addopts it cannot parse: the suite's run must not take it.
+    site, work = tmp_path / "site", tmp_path / "work"
+    for package in ("bench", "impls", "reference"):
+        shutil.copytree(ROOT / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
+    work.mkdir()
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --no-such-option-here\n")
+    before = {str(path.relative_to(site)) for path in site.rglob("*")}
+    result = run_bench(*TINY, cwd=work, pythonpath=site)
+    new = not_import_caches({str(path.relative_to(site)) for path in site.rglob("*")} - before)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert {path for path in new if not path.endswith("__pycache__")} == set(), sorted(new)
+    assert_the_run_wrote_into(work)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--sizes", "huge", "unknown size 'huge'; choose from small, medium, large, xl"),
+        ("--dtypes", "float8", "unknown dtype 'float8'; choose from float16, bfloat16, float32, float64"),
+        ("--devices", "tpu", "unknown device 'tpu'; choose from cpu, cuda"),
+        ("--implementations", "numpy,nope", "unknown implementation 'nope'; choose from torch-eager, "
+                                            "torch-compile, torch-triton, jax-jit, numpy, array-api"),
+        ("--sizes", ",", "no size given; choose from small, medium, large, xl"),
+    ],
+    ids=["size", "dtype", "device", "implementation", "empty"],
+)
+def test_an_unknown_name_is_refused_before_any_framework_is_imported(
+    tmp_path: Path, option: str, value: str, message: str
+) -> None:
+    result = run_bench(option, value, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert f"argument {option}: {message}" in result.stderr
+    assert imported(result) == "[]"
+    assert list(tmp_path.iterdir()) == []  # refused before the run made its folders
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+@pytest.mark.parametrize("kind", ["outside the affinity", "not a number", "a reversed range"])
+def test_cpus_this_process_may_not_use_are_refused_naming_the_ones_it_may(tmp_path: Path, kind: str) -> None:
+    # Pinned to one CPU, so the message must come from the affinity, not from the host's core count.
+    pinned = min(os.sched_getaffinity(0))
+    other = next((cpu for cpu in sorted(os.sched_getaffinity(0)) if cpu != pinned), pinned + 1)
+    value, message = {
+        "outside the affinity": (f"{pinned},{other}", f"CPU {other} is not usable by this process"),
+        "not a number": ("abc", "'abc' is not a CPU id (or a range like 0-3)"),
+        "a reversed range": ("3-1", "'3-1' is not a CPU id (or a range like 0-3)"),
+    }[kind]
+    result = run_bench("--cpus", value, *TINY, cwd=tmp_path, preexec_fn=lambda: os.sched_setaffinity(0, {pinned}))
+    assert result.returncode == 2, result.stderr
+    assert f"argument --cpus: {message}; this process may use CPUs {pinned}\n" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert imported(result) == "[]"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_device_that_is_not_here_is_refused_naming_those_that_are(tmp_path: Path) -> None:
+    # An empty CUDA_VISIBLE_DEVICES hides every GPU from torch and JAX, so this holds on a GPU machine too.
+    result = run_bench("--devices", "cpu,cuda", "--sizes", "small", cwd=tmp_path, env={"CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 2, result.stderr
+    assert "argument --devices: no cuda device here; devices: cpu\n" in result.stderr
+    assert list(tmp_path.iterdir()) == []  # refused before pytest ran
+
+
+def test_a_run_that_times_nothing_fails_with_the_reason(tmp_path: Path) -> None:
+    # torch-triton is never timed on CPU (the interpreter's timings mean nothing): every row is skipped.
+    result = run_bench("--implementations", "torch-triton", "--devices", "cpu", "--sizes", "small",
+                       "--dtypes", "float32", "--quick", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    reason = re.search(r"^python -m bench: nothing was benchmarked: (.*)$", result.stderr, re.MULTILINE)
+    assert reason, result.stderr
+    assert "nothing to run on cpu" in reason.group(1)
+    assert json.loads((tmp_path / "out" / "bench" / "skipped.json").read_text())["cpu"] in reason.group(1)
