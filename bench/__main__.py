@@ -84,6 +84,16 @@ def parse_cpus(text: str) -> set[int]:
     return cpus
 
 
+def _report_path(text: str) -> Path:
+    """A report's path, refused before the run if it cannot be written (as the fuzzer's --json and --html)."""
+    from fuzz.report.files import unwritable_reason
+
+    reason = unwritable_reason(text)
+    if reason is not None:
+        raise argparse.ArgumentTypeError(f"cannot write the report there: {reason}")
+    return Path(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -97,7 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sizes", type=_selection("sizes"), help=f"comma-separated from {choices['sizes']}; "
                         "default: small,medium,large on cpu, and xl too on cuda")
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a rougher, faster run")
-    parser.add_argument("--json", type=Path, help="write the records (one per row) to this path")
+    parser.add_argument("--json", type=_report_path, metavar="PATH",
+                        help="write the records (one per row) to this path (checked before the run)")
+    parser.add_argument("--html", type=_report_path, metavar="PATH",
+                        help="write one self-contained HTML page: the throughput table and the plot per device "
+                        "and dtype (checked before the run, as --json)")
     parser.add_argument("--out", type=Path, default=Path("out/bench"),
                         help="where pytest-benchmark's JSON and the plot go (default: out/bench, in the "
                         "current directory)")
@@ -180,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         write_records(records, cwd / args.json)
         print(f"records: {args.json}")
+    if args.html:
+        from fuzz.report.html import write_html
+
+        write_html(str(cwd / args.html), {"kind": "bench", "records": [record.as_json() for record in records],
+                                          "command": " ".join(["python -m bench", *(argv or sys.argv[1:])])})
+        print(f"HTML report: {args.html}")
     png = plot(records, out / "throughput.png")
     print(f"pytest-benchmark JSON: {report_json}")
     print(f"plot: {png}" if png else "plot: skipped (matplotlib is not installed)")

@@ -104,5 +104,7 @@ def floor_kernel(report: dict[str, Any], device: str, dtype: str, batch: int, to
 
 
 def write_records(records: list[Record], path: Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps([record.as_json() for record in records], indent=2) + "\n")
+    """Atomically, as every report (its folder was checked before the run)."""
+    from fuzz.report.files import write_atomically
+
+    write_atomically(str(path), json.dumps([record.as_json() for record in records], indent=2) + "\n")

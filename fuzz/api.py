@@ -24,6 +24,7 @@ from typing import Any
 from fuzz.loader import import_lines_for, load_target
 from fuzz.report.matrix import render_matrix
 from fuzz.report.results import CellResult
+from fuzz.report.terminal import bugs, joined, summary
 from fuzz.report.texts import for_terminal
 from fuzz.run.calls import DEFAULT_TIMEOUT, ThreadWatcher
 from fuzz.run.cell import fuzz_task
@@ -86,6 +87,12 @@ class Report:
             raise AssertionError(f"{len(failures)} failure(s):\n\n" + "\n\n".join(map(str, failures)))
 
     def __str__(self) -> str:
+        """The terminal's view: one line per implementation and contract, then every bug with its snippet."""
+        return joined([*summary(self.cells), *bugs(self.cells)])
+
+    @property
+    def matrix(self) -> str:
+        """The whole conformance matrix (wide: a row per implementation, device and check; a column per dtype)."""
         return render_matrix(self.cells, self.dtypes, {})
 
 
@@ -96,7 +103,7 @@ def check(
     gradients: bool = False,
     dtypes: Sequence[str] = DTYPE_NAMES,
     devices: Sequence[str] | None = None,
-    max_examples: int = 40,
+    max_examples: int | None = None,
     gradient_examples: int | None = None,
     seed: int = 0,
     timeout: float = DEFAULT_TIMEOUT,
@@ -107,6 +114,10 @@ def check(
     rows: str | None = None,
     l_max: float | None = None,
     masked_values: str = "any",
+    accumulation: bool = False,
+    ranks: bool = False,
+    dp_reduce: str | None = None,
+    backward_scale: str | None = None,
 ) -> Report:
     """Fuzz `fn`, a function with the contract's signature, against the exact reference, as
     `lossnorm-fuzz check` does. `fn` is a function, or a "package.module:function" / "path.py:function" string.
@@ -115,12 +126,17 @@ def check(
     process; N runs the cells in N worker processes (the function must then be importable by its module and
     name; a crash or hang there fails its cell instead of this process).
 
-    The contract: by default the magnitude diagnostic, `fn(token_log_probs, advantages, token_mask) -> dict`;
-    with `reduction` (a mode: "token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm",
-    "seq-mean-token-sum", "token-sum", or an alias such as "grpo", "dr_grpo", "per-sequence"), the loss
-    reduction `fn(token_losses, token_mask) -> loss`, with `rows` ("all" or "nonempty": what D counts) and
-    `l_max` (fixed-length's L_max). `masked_values="finite"`: fn's padding is finite by construction, and the
-    verdict holds under that assumption.
+    The contract (each one's signature: `python -m fuzz check --help`, README's contracts): by default the
+    magnitude diagnostic; with `reduction` (a mode: "token-mean", "seq-mean-token-mean",
+    "seq-mean-token-sum-norm", "seq-mean-token-sum", "token-sum", or an alias such as "grpo", "dr_grpo",
+    "per-sequence"), the loss reduction, with `rows` ("all" or "nonempty": what D counts) and `l_max`
+    (fixed-length's L_max). `masked_values="finite"`: fn's padding is finite by construction, and the verdict
+    holds under that assumption. With `accumulation`, `fn` is the per-chunk loss of the reduction over a step
+    split into micro-batches and ranks, called with the step's global counts as keywords (`dp_reduce` "mean" or
+    "sum", `backward_scale` "1" or "1/G"), on every chunk in this process; with `ranks` too, its rank form on
+    torch.distributed ranks under DDP, computing the counts itself (then `fn` must be importable by its module
+    and name). `max_examples` defaults to 40 per cell, 20 with `accumulation` (five splits per dtype), 10 with
+    `ranks`.
 
     Raises ValueError for bad arguments and fuzz.loader.LoadError when the function or the framework cannot be
     loaded."""
@@ -133,6 +149,8 @@ def check(
         devices = _names("devices", devices, None)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, got {precision!r}")
+    if max_examples is None:
+        max_examples = 10 if ranks else 20 if accumulation else 40
     _positive("max_examples", max_examples)
     if gradient_examples is not None:
         _positive("gradient_examples", gradient_examples)
@@ -144,8 +162,11 @@ def check(
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     if masked_values not in MASKED_VALUES:
         raise ValueError(f"masked_values must be one of {MASKED_VALUES}, got {masked_values!r}")
-    contract, parameters = declared_contract(reduction, rows, l_max)
-    spec = (fn if isinstance(fn, str) else _spec_of(fn)) if workers else None
+    if ranks and (not accumulation or framework != "torch"):
+        raise ValueError("ranks=True runs a per-chunk loss on torch.distributed ranks: it needs accumulation=True "
+                         "and framework='torch'")
+    contract, parameters = declared_contract(reduction, rows, l_max, accumulation, dp_reduce, backward_scale)
+    spec = (fn if isinstance(fn, str) else _spec_of(fn)) if workers or ranks else None
     if isinstance(fn, str):
         target = load_target(fn)
         name, function, import_lines, function_name = fn, target.function, target.import_lines, target.function_name
@@ -157,12 +178,21 @@ def check(
     subject = function_subject(name, function, framework, import_lines, function_name, subject_spec)
     if gradients and not subject.has_gradients:
         raise ValueError(f"gradients=True needs autograd, and {framework} has none")
-    tasks = plan_cells([(subject_spec, subject.adapter.devices())], list(dtypes), devices, max_examples, seed,
-                       gradients, gradient_examples if gradient_examples is not None else max(1, max_examples // 2))
+    gradient_examples = gradient_examples if gradient_examples is not None else max(1, max_examples // 2)
+    if accumulation:
+        from fuzz.engines.plan import plan_sharded_cells
+
+        engine = "ddp" if ranks else "accumulation"
+        named = replace(subject_spec, name=spec) if spec is not None else subject_spec
+        tasks = plan_sharded_cells(named, engine, list(dtypes), devices, max_examples, seed, gradients,
+                                   gradient_examples)
+    else:
+        tasks = plan_cells([(subject_spec, subject.adapter.devices())], list(dtypes), devices, max_examples, seed,
+                           gradients, gradient_examples)
     if not tasks:
         raise ValueError(f"none of the devices {list(devices or [])} exists for {framework} here "
                          f"(its devices here: {subject.adapter.devices()})")
-    if spec is not None:
+    if spec is not None and workers:
         from fuzz.run.workers import run_cells
 
         tasks = [replace(task, subject=replace(subject_spec, name=spec)) for task in tasks]
@@ -171,7 +201,12 @@ def check(
     watcher = ThreadWatcher(timeout)
     results: list[CellResult] = []
     for task in tasks:
-        results.append(fuzz_task(subject, task, watcher))
+        if task.engine is None:
+            results.append(fuzz_task(subject, task, watcher))
+        else:
+            from fuzz.engines.cell import run_sharded_cell
+
+            results.append(run_sharded_cell(task, watcher, subject=None if ranks else subject))
         if fail_fast and not results[-1].ok:
             break
     return Report(tuple(results), tuple(dtypes))

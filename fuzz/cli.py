@@ -10,10 +10,18 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from fuzz.engines.plan import DEFAULT_EXAMPLES as SHARDED_EXAMPLES
+from fuzz.engines.plan import plan_sharded_cells
+from fuzz.engines.registry import CHOICES as SHARDED_CHOICES
+from fuzz.engines.registry import engine_named
+from fuzz.engines.torch_ddp import rank_signature
 from fuzz.loader import LoadError, load_target
+from fuzz.report.data import report_data
 from fuzz.report.files import unwritable_reason, write_json
-from fuzz.report.matrix import render_failures, render_matrix
+from fuzz.report.html import write_html
+from fuzz.report.matrix import render_matrix
 from fuzz.report.results import CellResult
+from fuzz.report.terminal import bugs, joined, summary, wrap
 from fuzz.run.calls import DEFAULT_TIMEOUT
 from fuzz.run.plan import CellTask, plan_cells
 from fuzz.run.subjects import (
@@ -25,13 +33,9 @@ from fuzz.run.subjects import (
     declared_contract,
 )
 from fuzz.run.workers import default_jobs, run_cells
-from fuzz.sharded.engines import CHOICES as SHARDED_CHOICES
-from fuzz.sharded.engines import engine_named
-from fuzz.sharded.plan import DEFAULT_EXAMPLES as SHARDED_EXAMPLES
-from fuzz.sharded.plan import plan_sharded_cells
 from impls.frameworks import prepare_process
 from impls.registry import builtin_names, get_implementation
-from reference.contracts import CONTRACT_NAMES
+from reference.contracts import CONTRACT_NAMES, get_contract
 from reference.dtypes import DTYPE_NAMES
 from reference.tolerance import CONTRACT, PRECISIONS
 
@@ -103,6 +107,12 @@ def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> N
     parser.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
     parser.add_argument("--json", metavar="PATH", type=_report_path,
                         help="write the full report as JSON (checked before fuzzing: the folder must exist)")
+    parser.add_argument("--html", metavar="PATH", type=_report_path,
+                        help="write the report as one self-contained HTML page: the matrix as a heatmap, every "
+                        "bug with its snippet (checked before fuzzing, as --json)")
+    parser.add_argument("--matrix", action="store_true",
+                        help="print the whole conformance matrix (every dtype and layout, wide), not only the "
+                        "summary of one line per implementation and contract")
     parser.add_argument("--gradient-examples", type=_positive_int, default=None,
                         help="examples per gradient cell (default: half of --max-examples)")
     parser.add_argument("--jobs", type=_positive_int, default=jobs,
@@ -112,8 +122,9 @@ def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> N
                         f"overruns fails its cell (default {DEFAULT_TIMEOUT:g})")
 
 
-CAMPAIGN_HELP = ("Fuzz every available built-in implementation against the float64 reference and print a "
-                 "conformance matrix. Exit 0 only if everything conforms.")
+CAMPAIGN_HELP = ("Fuzz every available built-in implementation of every contract against the float64 reference "
+                 "and print a summary (one line per implementation and contract) and every bug found. Exit 0 "
+                 "only if everything conforms.")
 CHECK_HELP = ("Fuzz one implementation with the contract's signature against the float64 reference. "
               "Exit 0: conforms; 1: counterexample found (printed as a runnable snippet); 2: usage or load error; "
               "3: the fuzzer itself failed.")
@@ -155,10 +166,10 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
                         "the output dtype (docs/tolerance.md)")
     parser.add_argument("--fail-fast", action="store_true",
                         help="stop at the first failing cell to finish instead of filling the whole matrix")
+    magnitude, reduction, accumulation = (get_contract(name) for name in CONTRACT_NAMES)
     declared = parser.add_argument_group(
-        "the contract", "what TARGET computes: by default the magnitude diagnostic, "
-        "fn(token_log_probs, advantages, token_mask) -> dict; with --reduction, a loss reduction, "
-        "fn(token_losses, token_mask) -> loss (README, 'The loss reductions')")
+        "the contract", f"what TARGET computes: by default the {magnitude.title}, {magnitude.signature}; with "
+        f"--reduction, {reduction.title}, {reduction.signature} (README, 'The loss reductions')")
     declared.add_argument("--reduction", metavar="MODE",
                           help="the mode TARGET implements: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm, "
                           "seq-mean-token-sum, token-sum (or per-token, per-sequence, fixed-length; TRL's grpo, "
@@ -168,6 +179,19 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
                           "with a selected token")
     declared.add_argument("--l-max", type=_positive_number, metavar="L",
                           help="L_max of seq-mean-token-sum-norm (fixed-length), a positive constant")
+    declared.add_argument("--accumulation", action="store_true",
+                          help="TARGET is the per-chunk loss of a step split over ranks and micro-batches, "
+                          f"{accumulation.signature}: the combination of its chunks must equal the full-batch "
+                          "--reduction (README, 'Micro-batches and ranks')")
+    declared.add_argument("--ranks", action="store_true",
+                          help="with --accumulation: on real torch.distributed ranks (gloo) under DDP, TARGET "
+                          f"{rank_signature(accumulation)} computing the step's normalizers itself with "
+                          "collectives")
+    declared.add_argument("--dp-reduce", choices=("mean", "sum"),
+                          help="with --accumulation: the ranks' gradients are averaged (default: DDP, FSDP) or summed")
+    declared.add_argument("--backward-scale", choices=("1", "1/G"),
+                          help="with --accumulation: each chunk's backward is scaled by 1 (default) or 1/G "
+                          "(DeepSpeed, the HF Trainer)")
     declared.add_argument("--masked-values", choices=MASKED_VALUES, default="any",
                           help="any (default): masked positions hold anything, -inf and NaN included; finite: "
                           "TARGET's padding is finite by construction (the verdict holds under that assumption)")
@@ -178,8 +202,9 @@ def build_parser(prog: str = "python -m fuzz") -> argparse.ArgumentParser:
     """The command line: subcommands `campaign` (the default when none is named) and `check`."""
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Differential testing of sequence-summed vs token-averaged normalization against an exact "
-        "float64 reference. Without a subcommand, runs `campaign` (its options may follow directly). Exit 0: "
+        description="Differential testing of RL-for-LLM loss normalization (the magnitude diagnostic, the loss "
+        "reductions, their micro-batch and rank forms) against an exact float64 reference. Without a subcommand, "
+        "runs `campaign` (its options may follow directly). Exit 0: "
         f"conforms; {COUNTEREXAMPLE}: a counterexample; 2: usage or load error; {INTERNAL_ERROR}: the fuzzer "
         "itself failed.",
     )
@@ -211,20 +236,31 @@ def _gradient_examples(args: argparse.Namespace) -> int:
     return args.gradient_examples if args.gradient_examples is not None else max(1, args.max_examples // 2)
 
 
+def _split_gradient_examples(args: argparse.Namespace) -> int:
+    """An engine's gradient cells default to as many examples as its forward cells: a split's gradient bugs need a
+    nonzero cotangent crossing several ranks, which half the budget draws too rarely."""
+    return args.gradient_examples if args.gradient_examples is not None else args.max_examples
+
+
 def _finish(results: list[CellResult], args: argparse.Namespace, notes: dict[str, str], meta: dict) -> int:
     if not results:  # the plans refuse this earlier, with the reason; this is the last guard
         print("error: nothing was fuzzed: no implementation and device matched", file=sys.stderr)
         return USAGE_ERROR
-    print(render_matrix(results, args.dtypes, notes))
-    print(render_failures(results))
+    if args.matrix:
+        print(render_matrix(results, args.dtypes, notes))
+    print(joined(summary(results)))
+    print(joined(bugs(results)))
     verdict = 0 if all(cell.ok for cell in results) else COUNTEREXAMPLE
-    if args.json:
+    data = report_data(results, meta)
+    for path, what, write in ((args.json, "JSON", write_json), (args.html, "HTML", write_html)):
+        if not path:
+            continue
         try:
-            write_json(args.json, results, meta)
+            write(path, data)
         except OSError as error:  # the folder changed since it was checked: the verdict above still stands
-            print(f"error: the JSON report could not be written to {args.json}: {error}", file=sys.stderr)
+            print(f"error: the {what} report could not be written to {path}: {error}", file=sys.stderr)
             return verdict or USAGE_ERROR
-        print(f"JSON report: {args.json}")
+        print(f"{what} report: {path}")
     return verdict
 
 
@@ -234,8 +270,10 @@ def no_matching_device(asked: Sequence[str], here: dict[str, Sequence[str]]) -> 
     return f"none of the devices asked for ({', '.join(asked)}) exists here; the devices here are {have}"
 
 
-# The campaign's sharded rows: a few examples per (mesh, dtype) cell, so they add little to the run.
-CAMPAIGN_SHARDED_EXAMPLES = 3
+# `check --accumulation` without --max-examples: examples per (R x G split, dtype) cell: five splits make it 100
+# per dtype (gradients: half)
+ACCUMULATION_EXAMPLES = 20
+RANKS_EXAMPLES = 10  # `check --accumulation --ranks`: as `check --sharded`, the ranks' round trips cost
 
 
 def _cost(task: CellTask, compiled: set[str]) -> int:
@@ -271,8 +309,8 @@ def campaign_plan(args: argparse.Namespace) -> CampaignPlan:
                 plan.skipped[name] = str(error)
                 continue
             spec = SubjectSpec(name, contract=contract)
-            examples = min(args.max_examples, CAMPAIGN_SHARDED_EXAMPLES)
-            for engine in impl.engines:  # a sharded row per mesh
+            for engine in impl.engines:  # a row per mesh, or per (ranks, micro-batches) split
+                examples = min(args.max_examples, engine_named(engine).campaign_examples)
                 sharded += plan_sharded_cells(spec, engine, args.dtypes, args.devices, examples, args.seed,
                                               args.gradients and engine_named(engine).gradients, examples)
             if impl.sharded:  # a per-rank function has sharded rows only
@@ -291,26 +329,28 @@ def campaign(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     plan = campaign_plan(args)
     for name, reason in plan.skipped.items():
-        print(f"skipped {name}: {reason}", file=sys.stderr)
+        print(joined(wrap(f"skipped {name}: {reason}")), file=sys.stderr)
     if not plan.tasks:
         here = {spec.name: devices for spec, devices in plan.subjects}
         reason = (no_matching_device(args.devices or [], here) if here
                   else "no implementation asked for is available here")
         print(f"error: {reason}", file=sys.stderr)
         return USAGE_ERROR
-    print(f"Fuzzing {len(plan.subjects)} implementation(s) in {len(plan.tasks)} cells, {args.max_examples} examples "
-          f"per cell, seed {args.seed}, {args.jobs} worker(s)", file=sys.stderr)
+    print(joined(wrap(f"Fuzzing {len(plan.subjects)} implementation(s) in {len(plan.tasks)} cells, "
+                      f"{args.max_examples} examples per cell, seed {args.seed}, {args.jobs} worker(s)")),
+          file=sys.stderr)
     results = run_cells(plan.tasks, jobs=args.jobs, timeout=args.timeout,
                         priority=lambda task: _cost(task, plan.compiled))
     elapsed = time.perf_counter() - started
-    print(f"\nConformance matrix ({elapsed:.0f} s)")
+    print(f"\nConformance summary ({elapsed:.0f} s)")
     return _finish(results, args, plan.notes, {"command": "campaign", "seconds": elapsed, "skipped": plan.skipped,
                                                "seed": args.seed, "max_examples": args.max_examples})
 
 
 def check_spec(args: argparse.Namespace, framework: str) -> SubjectSpec:
     """The subject a parsed `check` names: TARGET, its framework, precision, contract and declared domain."""
-    contract, parameters = declared_contract(args.reduction, args.rows, args.l_max)
+    contract, parameters = declared_contract(args.reduction, args.rows, args.l_max, args.accumulation,
+                                             args.dp_reduce, args.backward_scale)
     return SubjectSpec.of(args.target, framework, contract=contract, parameters=parameters, precision=args.precision,
                           masked_values=args.masked_values)
 
@@ -318,7 +358,20 @@ def check_spec(args: argparse.Namespace, framework: str) -> SubjectSpec:
 def check_tasks(args: argparse.Namespace) -> list[CellTask]:
     """The cells of one `check`: every device of the framework (or --devices), every dtype asked for; with
     --sharded, every mesh of the engine too. Raises LoadError when the target does not load."""
-    if args.sharded:
+    if args.accumulation:  # the per-chunk loss, on every (R, G) split of the step: in this process, or on ranks
+        engine = engine_named("ddp" if args.ranks else "accumulation")
+        if args.max_examples is None:
+            args.max_examples = RANKS_EXAMPLES if args.ranks else ACCUMULATION_EXAMPLES
+        if args.ranks:
+            available_adapter(engine.framework)
+            load_target(args.target)
+            spec = check_spec(args, engine.framework)
+        else:
+            spec = check_spec(args, args.framework)
+        devices = engine.devices(spec)
+        tasks = plan_sharded_cells(spec, engine.name, args.dtypes, args.devices, args.max_examples, args.seed,
+                                   args.gradients, _split_gradient_examples(args))
+    elif args.sharded:
         if args.max_examples is None:
             args.max_examples = SHARDED_EXAMPLES
         engine = engine_named(args.sharded)
@@ -326,8 +379,8 @@ def check_tasks(args: argparse.Namespace) -> list[CellTask]:
         load_target(args.target)
         spec = check_spec(args, engine.framework)
         tasks = plan_sharded_cells(spec, engine.name, args.dtypes, args.devices, args.max_examples, args.seed,
-                                   args.gradients, _gradient_examples(args))
-        devices = engine.devices()
+                                   args.gradients, _split_gradient_examples(args))
+        devices = engine.devices(spec)
     else:
         spec = check_spec(args, args.framework)
         devices = build_subject(spec).adapter.devices()
@@ -346,12 +399,17 @@ def run_check(args: argparse.Namespace) -> list[CellResult]:
 
 def check(args: argparse.Namespace) -> int:
     try:
-        declared_contract(args.reduction, args.rows, args.l_max)
+        declared_contract(args.reduction, args.rows, args.l_max, args.accumulation, args.dp_reduce,
+                          args.backward_scale)
     except ValueError as error:  # a declared parameter that is wrong, or one that needs another (--l-max)
         print(f"error: {error}", file=sys.stderr)
         return USAGE_ERROR
+    if args.ranks and (not args.accumulation or args.framework != "torch"):
+        print("error: --ranks runs a per-chunk loss on torch.distributed ranks: it needs --accumulation and "
+              "--framework torch", file=sys.stderr)
+        return USAGE_ERROR
     try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
-        if not args.sharded:
+        if not args.sharded and not args.ranks:
             adapter = build_subject(check_spec(args, args.framework)).adapter
             if args.gradients and not adapter.differentiable:
                 print(f"error: --gradients needs autograd, and {args.framework} has none", file=sys.stderr)
@@ -365,8 +423,8 @@ def check(args: argparse.Namespace) -> int:
     how = f"sharded over {args.sharded} meshes" if args.sharded else args.framework
     contract = check_spec(args, args.framework or "").bound_contract
     assumed = "; masked values assumed finite" if args.masked_values == "finite" else ""
-    print(f"\n{args.target} ({how}; {contract.label}{assumed}), {elapsed:.0f} s")
-    notes = {} if args.sharded or not adapter.layouts_note else {args.target: adapter.layouts_note}
+    print("", *wrap(f"{args.target} ({how}; {contract.label}{assumed}), {elapsed:.0f} s"), sep="\n")
+    notes = {} if args.sharded or args.ranks or not adapter.layouts_note else {args.target: adapter.layouts_note}
     meta = {"command": "check", "target": args.target, "seconds": elapsed, "seed": args.seed,
             "contract": contract.label, "masked_values": args.masked_values,
             **({"sharded": args.sharded} if args.sharded else {"framework": args.framework})}

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fuzz.report.texts import string_literal
+
 
 class LoadError(Exception):
     """The target cannot be loaded; the message says why (the command line exits 2)."""
@@ -40,7 +42,7 @@ def _load_target(spec: str) -> Target:
     if not sep or not location or not name.isidentifier():
         raise LoadError(f"TARGET must look like package.module:function or path/to/file.py:function, got {spec!r}")
     is_file = location.endswith(".py") or os.sep in location
-    if not is_file and not all(part.isidentifier() for part in location.split(".")):
+    if location.endswith(":") or (not is_file and not all(part.isidentifier() for part in location.split("."))):
         fixed = f"{location.rstrip(':')}:{name}"
         raise LoadError(f"TARGET {spec!r}: {location!r} is neither a file (path/to/file.py) nor a module name "
                         f"(package.module); did you mean {fixed!r}? (one colon between the two parts)")
@@ -65,9 +67,11 @@ def _load_target(spec: str) -> Target:
             raise LoadError(f"{location} raised on import: {type(error).__name__}: {error}") from error
         import_lines = (
             "import importlib.util",
+            "import os",
             "import sys",
-            f"sys.path.insert(0, {folder!r})  # the file's folder, as `python {os.path.basename(path)}` has it",
-            f"_spec = importlib.util.spec_from_file_location({module_name!r}, {path!r})",
+            f"_file = {string_literal(path)}",
+            "sys.path.insert(0, os.path.dirname(_file))  # the file's folder, as `python FILE` has it",
+            f"_spec = importlib.util.spec_from_file_location({module_name!r}, _file)",
             "_module = importlib.util.module_from_spec(_spec)",
             "_spec.loader.exec_module(_module)",
             f"{name} = _module.{name}",

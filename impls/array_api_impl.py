@@ -44,10 +44,12 @@ def _describe(value: object) -> ArrayInfo | None:
     if not array_api_compat.is_array_api_obj(value) or not hasattr(value, "shape"):
         return None
     try:
-        device: str | None = str(array_api_compat.device(value))
-    except Exception:  # a traced value (jax.jit) has no device yet
+        device = array_api_compat.device(value)
+    except Exception:  # a value traced by jax.jit has no device yet
         device = None
-    return ArrayInfo(tuple(value.shape), _dtype_name(value.dtype), device)
+    # under jax.grad a traced value's device is None: unknown, never the string "None" (the concrete mask's
+    # device would then differ from it)
+    return ArrayInfo(tuple(value.shape), _dtype_name(value.dtype), None if device is None else str(device))
 
 
 def _same_library(token_log_probs: Any, advantages: Any, token_mask: Any) -> None:

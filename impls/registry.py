@@ -37,10 +37,10 @@ class Implementation:
     compiled: bool = False
     benchmark_devices: tuple[str, ...] | None = None  # None: all its devices
     compiled_count: Callable[[], int] | None = None  # the module's own counter of compiled graphs or kernels
-    # "torch" or "jax" for a per-rank function (fuzz/sharded/): it takes process groups or runs under
+    # "torch" or "jax" for a per-rank function (fuzz/engines/): it takes process groups or runs under
     # shard_map, so it is never called as a single-process function; None for the single-process ones.
     sharded: str | None = None
-    # the sharded engines (fuzz/sharded/engines.py) the campaign runs it on: a per-rank function's own, and for a
+    # the sharded engines (fuzz/engines/registry.py) the campaign runs it on: a per-rank function's own, and for a
     # single-process one any that checks it on sharded inputs
     engines: tuple[str, ...] = ()
 
@@ -61,7 +61,7 @@ class Implementation:
         """The function on the contract's inputs, in the contract's order (with its declared parameters)."""
         if self.sharded:
             raise TypeError(f"{self.name} is a per-rank function for {self.sharded} meshes; "
-                            "run it with fuzz.sharded (python -m fuzz runs its sharded rows)")
+                            "run it with fuzz.engines (python -m fuzz runs its sharded rows)")
         return self.function_for(self.contract)(*arrays)
 
     def function_for(self, contract: Contract) -> Callable[..., Any]:
@@ -131,6 +131,13 @@ _BUILTINS: dict[str, dict[str, _Spec]] = {"magnitude": {
     "torch-triton": _Spec("torch", "impls.torch_triton_reduction", compiled=True, devices=("cpu", "cuda"),
                           differentiable=True, benchmark_devices=("cuda",), contract="reduction",
                           function="loss_reduction"),
+}, "accumulation": {
+    # per-chunk losses: called by the accumulation engine on each of a step's micro-batches, with its normalizers
+    "torch-eager": _Spec("torch", "impls.torch_eager_accumulation", compiled=False, contract="accumulation",
+                         function="chunk_loss", sharded="accumulation", engines=("accumulation",)),
+    # the same on real ranks: the step's normalizers all-reduced over the data-parallel group, DDP averaging
+    "torch-ddp": _Spec("torch", "impls.torch_eager_accumulation", compiled=False, contract="accumulation",
+                       function="chunk_loss_on_ranks", sharded="ddp", engines=("ddp",)),
 }}
 
 
@@ -141,7 +148,7 @@ def builtin_names(contract: str = DEFAULT, sharded: bool = False) -> tuple[str, 
 
 # The single-process built-ins of the default contract: what the ordinary campaign and the tests call.
 BUILTIN_NAMES: tuple[str, ...] = builtin_names()
-# Its per-rank built-ins: only fuzz/sharded/ runs them (one process per rank, or under shard_map).
+# Its per-rank built-ins: only fuzz/engines/ runs them (one process per rank, or under shard_map).
 SHARDED_NAMES: tuple[str, ...] = builtin_names(sharded=True)
 _loaded: dict[tuple[str, str], Implementation] = {}
 _failures: dict[tuple[str, str], str] = {}

@@ -23,12 +23,16 @@ rounds its own loss, and multiplies by its compensation (dp_size, or G).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from reference import reduction
-from reference.contract import Contract, Parameter
+from reference.case import Case
+from reference.contract import ChunkedCall, Contract, Parameter
+from reference.exact import exact_results
 from reference.tolerance import CONTRACT, Precision
 
 DP_REDUCE = ("mean", "sum")
@@ -51,11 +55,70 @@ def gradient_tolerance(gradients: reduction.Gradients, cotangents: dict[str, np.
     return reduction.gradient_tolerance(gradients, cotangents, dtype, precision, extra=COMBINATION_BACKWARD_ROUNDINGS)
 
 
-def compensation(bound: dict[str, object], dp_size: int, accumulation_steps: int) -> float:
+def compensation(bound: Mapping[str, Any], dp_size: int, accumulation_steps: int) -> float:
     """What each chunk's loss is multiplied by so that the combination gives the full-batch loss: dp_size
     against the ranks' mean, G against a 1/G backward scale."""
-    factor = float(dp_size) if bound["dp_reduce"] == "mean" else 1.0
-    return factor * (float(accumulation_steps) if bound["backward_scale"] == "1/G" else 1.0)
+    factor = float(dp_size) if ranks_averaged(bound) else 1.0
+    return factor / step_scale(bound, accumulation_steps)
+
+
+def step_keywords(case: Case, ranks: int, steps: int) -> dict[str, int]:
+    """The step's global normalizers, given to every chunk: N and D counted over the whole step (D as `rows`
+    declares), R and G."""
+    expected = exact_results(case)
+    return {"num_tokens": int(expected.counts.sum()), "num_sequences": int(expected.rows_divisor()),
+            "dp_size": ranks, "accumulation_steps": steps}
+
+
+def ranks_averaged(bound: Mapping[str, Any]) -> bool:
+    return bound["dp_reduce"] == "mean"
+
+
+def step_scale(bound: Mapping[str, Any], steps: int) -> float:
+    return 1.0 / steps if bound["backward_scale"] == "1/G" else 1.0
+
+
+def _chunk_losses(chunks: Sequence[Case], bound: Mapping[str, Any], padded_l_max: bool = False) -> list[float]:
+    """Each chunk's exact loss as its own batch (with L_max its padded width, if asked)."""
+    values = chunks[0].contract.differentiable_inputs[0].name
+    return [float(reduction.reference(chunk.values[values], chunk.mask, bound["mode"], bound["rows"],
+                                      max(chunk.shape[1], 1) if padded_l_max else bound["l_max"]).loss)
+            for chunk in chunks]
+
+
+def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: int, combined: float) -> str | None:
+    """The combined loss named by what it is off by, where one of the usual mistakes' exact values matches it: a
+    mean of the chunks' own means, L_max from each chunk's padded width, a missing or doubled 1/G or dp_size, a
+    per-row clamp(min=1) in the count."""
+    expected = exact_results(case)
+    exact = float(expected.loss)
+    bound = case.contract.bound
+    tol = float(case.contract.tolerance(expected, case.dtype)[reduction.LOSS])
+    share = CONTRACT_CHUNKED.weight(bound, ranks, steps) * compensation(bound, ranks, steps)
+    tokens = int(expected.counts.sum())
+    candidates = [(share * sum(_chunk_losses(chunks, bound)),
+                   "does each micro-batch divide by its own token count (or rows): a mean of micro-batch means?")]
+    if bound["mode"] == reduction.SEQ_MEAN_TOKEN_SUM_NORM:
+        candidates.append((share * sum(_chunk_losses(chunks, bound, padded_l_max=True)),
+                           "is L_max taken from each chunk's padded width?"))
+    for factor, text in ((steps, f"G = {steps}: is the 1/G missing, or does each micro-batch divide by its own count?"),
+                         (1 / steps, f"G = {steps}: is 1/G applied twice?"),
+                         (1 / ranks, f"R = {ranks}: is dp_size missing (the ranks' mean divides by R again)?"),
+                         (ranks, f"R = {ranks}: is dp_size applied where the ranks' gradients are summed?")):
+        if factor != 1:
+            candidates.append((exact * factor, text))
+    clamped = int(np.maximum(expected.counts, 1).sum())
+    if bound["mode"] == reduction.TOKEN_MEAN and clamped != tokens and clamped:
+        candidates.append((exact * tokens / clamped, f"= N / (N + {clamped - tokens} empty rows): a per-row "
+                                                     "clamp(min=1) in the count?"))
+    for value, text in candidates:
+        if abs(combined - value) <= 2 * tol + 1e-6 * abs(value) and abs(value - exact) > 2 * tol:
+            ratio = f"{combined / exact:.4g}x" if exact else f"{combined:.6g} (exactly 0 expected)"
+            return f"the combined loss is {ratio} the full-batch loss with R = {ranks}, G = {steps}: {text}"
+    return None
+
+
+CONTRACT_CHUNKED = ChunkedCall(step_keywords, ranks_averaged, step_scale, explain_combination)
 
 
 def _label(bound: dict[str, object]) -> str:
@@ -92,6 +155,8 @@ CONTRACT: Contract = replace(
     parameter_rules=_rules,
     parameter_menu=CAMPAIGN_PARAMETERS,
     parameter_label=_label,
-    explain=None,  # the engines name a wrong combination's factor (fuzz/engines/accumulation.py)
+    explain=None,  # a wrong combination is named by CONTRACT_CHUNKED.explain, over the chunks
     examples=(),
+    chunked=CONTRACT_CHUNKED,
+    keywords=("num_tokens", "num_sequences", "dp_size", "accumulation_steps"),
 )

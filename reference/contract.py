@@ -101,11 +101,14 @@ class Invariant:
 @dataclass(frozen=True)
 class ValueMenu:
     """How the strategies draw one float input: a labelled kind from `kinds` (weighted by repetition; the first
-    is the simplest, where shrinking goes), then `make(rng, kind, shape, zero_fraction)` makes the values."""
+    is the simplest, where shrinking goes), then `make(rng, kind, shape, zero_fraction)` makes the values.
+    `split_kinds`: the kinds an engine's cells draw from (None: the same), leaving out those under which no
+    gradient crosses ranks (every advantage 0), so that a split's few examples exercise the collectives."""
 
     label: str
     kinds: tuple[str, ...]
     make: Callable[[np.random.Generator, str, tuple[int, ...], float], np.ndarray]
+    split_kinds: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,26 @@ class Parameter:
         return self.check(value) if self.check is not None else value
 
 
+@dataclass(frozen=True)
+class ChunkedCall:
+    """How a per-chunk function is called on a step split over R ranks x G accumulation steps, and how its chunks'
+    results combine into the full step's: what an engine of micro-batches or ranks asks the contract.
+
+    `keywords(case, ranks, steps)`: the step's keyword arguments, the same for every chunk (its global counts).
+    `ranks_averaged(bound)`: whether the ranks' gradients are averaged (DDP, FSDP) rather than summed.
+    `step_scale(bound, steps)`: what each chunk's backward is scaled by (1, or 1/G).
+    `explain(case, chunks, ranks, steps, combined)`: a wrong combination named by its likely cause, or None."""
+
+    keywords: Callable[[Case, int, int], dict[str, int]]
+    ranks_averaged: Callable[[Mapping[str, Any]], bool]
+    step_scale: Callable[[Mapping[str, Any], int], float]
+    explain: Callable[[Case, Sequence[Case], int, int, float], str | None] | None = None
+
+    def weight(self, bound: Mapping[str, Any], ranks: int, steps: int) -> float:
+        """Each chunk's share of the combination: 1/R under the ranks' mean, times its backward scale."""
+        return (1.0 / ranks if self.ranks_averaged(bound) else 1.0) * self.step_scale(bound, steps)
+
+
 @dataclass(frozen=True, eq=False)  # one value per (contract, parameters): reference.contracts makes each once
 class Contract:
     """The record of one function under test. Its callables are the contract module's own functions.
@@ -178,10 +201,12 @@ class Contract:
     domain: Domain
     relations: tuple[Relation, ...]
     invariants: tuple[Invariant, ...]
-    cotangent_kinds: tuple[str, ...]
+    cotangent_kinds: tuple[str, ...]  # the first is the fullest (all outputs), where shrinking goes
     cotangents: Callable[[str, np.random.Generator, Case], Arrays]  # (kind, rng, case) -> a cotangent per output
     examples: tuple[Example, ...]
     parameters: tuple[Parameter, ...] = ()
+    # cotangent kinds under which no gradient crosses ranks (all zero): an engine's cells draw the others
+    trivial_cotangent_kinds: tuple[str, ...] = ()
     bound: Mapping[str, Any] = field(default_factory=dict)  # the declared parameters' values
     # the parameters' joint rules (one that only matters in some modes normalized away, one a mode needs)
     parameter_rules: Callable[[dict[str, Any]], dict[str, Any]] | None = None
@@ -189,8 +214,13 @@ class Contract:
     parameter_menu: tuple[Mapping[str, Any], ...] = ()
     # how a report names the bound parameters that matter ("seq-mean-token-mean, rows=all")
     parameter_label: Callable[[Mapping[str, Any]], str] | None = None
+    # keyword arguments the function takes besides its inputs, each a Python int the engine computes (a step's
+    # global normalizers): the engines call fn(*inputs, **keywords)
+    keywords: tuple[str, ...] = ()
     # a wrong value explained in the contract's terms ("equals seq-mean-token-sum / 16, the padded width")
     explain: Callable[[Case, Arrays], str | None] | None = None
+    # a per-chunk function of a split step (micro-batches, ranks): how it is called and combined; None if not one
+    chunked: ChunkedCall | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled by name and parameters (to worker and rank processes): the record is rebuilt there from the

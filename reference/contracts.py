@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # the record's own module imports this one to bind parameters
 MODULES: dict[str, str] = {
     "magnitude": "reference.magnitude",
     "reduction": "reference.reduction",
+    "accumulation": "reference.accumulation",
 }
 CONTRACT_NAMES: tuple[str, ...] = tuple(MODULES)
 

@@ -569,7 +569,8 @@ def _bound(values: dict[str, np.ndarray], mask: np.ndarray, dtype: str, repeats:
 
 DOMAIN = Domain(
     menus={LOG_PROBS: ValueMenu("log-prob values", TOKEN_VALUE_KINDS, draw_values),
-           ADVANTAGES: ValueMenu("advantages", _weighted(ADVANTAGE_KINDS, {"mixed signs": 3}), _advantages)},
+           ADVANTAGES: ValueMenu("advantages", _weighted(ADVANTAGE_KINDS, {"mixed signs": 3}), _advantages,
+                                 split_kinds=("mixed signs", "mixed signs", "all equal", "some exactly 0"))},
     bound=_bound,
 )
 
@@ -633,4 +634,5 @@ CONTRACT = Contract(
     cotangent_kinds=COTANGENT_KINDS,
     cotangents=cotangents,
     examples=EXAMPLES,
+    trivial_cotangent_kinds=("zero",),
 )

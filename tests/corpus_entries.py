@@ -3,7 +3,8 @@ imported: a corpus file may need a framework this machine lacks, and collection 
 
 Every file assigns FRAMEWORK (a `check --framework` choice, or a `--sharded` engine in tests/corpus/sharded/)
 and EXPECT ("reject", "accept", "reject-gradients"); a file of another contract than the default says so with
-CONTRACT and that contract's declared parameters (REDUCTION, ROWS, L_MAX), MASKED_VALUES where its padding is
+CONTRACT and that contract's declared parameters (REDUCTION, ROWS, L_MAX; for the accumulation contract DP_REDUCE,
+BACKWARD_SCALE, and RANKS = True for the rank form on torch.distributed), MASKED_VALUES where its padding is
 finite by construction, and EXPLAINS, a phrase the report's explanation of the bug must contain."""
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 
 CORPUS = Path(__file__).parent / "corpus"
 FUNCTION = "loss_normalization"  # the function every corpus file defines
-FIELDS = ("FRAMEWORK", "EXPECT", "CONTRACT", "REDUCTION", "ROWS", "L_MAX", "MASKED_VALUES", "EXPLAINS")
+FIELDS = ("FRAMEWORK", "EXPECT", "CONTRACT", "REDUCTION", "ROWS", "L_MAX", "MASKED_VALUES", "EXPLAINS", "DP_REDUCE",
+          "BACKWARD_SCALE", "RANKS")
 
 
 def metadata(path: Path) -> dict[str, Any]:
@@ -34,7 +36,9 @@ def corpus_entries(folder: Path = CORPUS) -> list[tuple[Path, dict[str, Any]]]:
 
 def check_options(meta: dict[str, Any]) -> dict[str, Any]:
     """The `fuzz.check` keywords a file's declared contract and domain make."""
-    options = {"reduction": meta.get("REDUCTION"), "rows": meta.get("ROWS"), "l_max": meta.get("L_MAX")}
-    if meta.get("MASKED_VALUES"):
-        options["masked_values"] = meta["MASKED_VALUES"]
+    options = {"reduction": meta.get("REDUCTION"), "rows": meta.get("ROWS"), "l_max": meta.get("L_MAX"),
+               "masked_values": meta.get("MASKED_VALUES")}
+    if meta.get("CONTRACT") == "accumulation":
+        options.update(accumulation=True, ranks=meta.get("RANKS"), dp_reduce=meta.get("DP_REDUCE"),
+                       backward_scale=meta.get("BACKWARD_SCALE"))
     return {key: value for key, value in options.items() if value is not None}

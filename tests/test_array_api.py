@@ -85,3 +85,18 @@ def test_the_one_implementation_conforms_on_other_libraries(framework, options):
                    seed=0, devices=["cpu"], **options)
     assert report.ok, str(report) + "\n".join(failure.message for failure in report.failures)
     assert {cell.dtype for cell in report.cells if cell.applicable} == {"float16", "bfloat16", "float32", "float64"}
+
+
+def test_jax_grad_through_the_array_api_built_ins_with_a_concrete_mask():
+    """Under jax.grad (no jit) a traced value's device is None: unknown, not the device "None" that a concrete
+    mask's device would differ from."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    from impls.array_api_reduction import loss_reduction
+
+    losses, mask = jnp.array([[1.0, 2.0], [3.0, 4.0]]), jnp.array([[True, False], [True, True]])
+    advantages = jnp.array([1.0, -1.0])
+    grad = jax.grad(lambda x: jnp.sum(sequence_vs_token_normalization(x, advantages, mask)["token_averaged"]))(losses)
+    assert np.array_equal(np.asarray(grad), [[1.0, 0.0], [-0.5, -0.5]])
+    grad = jax.grad(lambda x: loss_reduction(x, mask, mode="token-mean"))(losses)
+    assert np.allclose(np.asarray(grad), [[1 / 3, 0.0], [1 / 3, 1 / 3]])

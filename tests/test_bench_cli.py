@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,12 +73,14 @@ def test_a_run_from_another_directory_writes_there_and_nothing_into_the_checkout
     usable = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     before = checkout_snapshot()
     cpus = ("--cpus", str(usable)) if usable is not None else ()
-    result = run_bench(*TINY, *cpus, cwd=tmp_path)
+    result = run_bench(*TINY, *cpus, "--html", "bench.html", "--json", "records.json", cwd=tmp_path)
     new = not_import_caches(checkout_snapshot() - before)
     assert result.returncode == 0, result.stdout + result.stderr
     assert new == set(), f"written into the checkout: {sorted(new)}"
     assert_the_run_wrote_into(tmp_path)
     assert "numpy" in result.stdout and "floor" in result.stdout  # the table
+    page, records = (tmp_path / "bench.html").read_text(), json.loads((tmp_path / "records.json").read_text())
+    assert "Benchmark report" in page and all(record["implementation"] in page for record in records)
     # README's comparison of saved runs, from the same directory.
     compare = subprocess.run([sys.executable, "-m", "pytest_benchmark", "compare", "0001", "--group-by=group"],
                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
@@ -160,3 +163,12 @@ def test_a_run_that_times_nothing_fails_with_the_reason(tmp_path: Path) -> None:
     assert reason, result.stderr
     assert "nothing to run on cpu" in reason.group(1)
     assert json.loads((tmp_path / "out" / "bench" / "skipped.json").read_text())["cpu"] in reason.group(1)
+
+
+@pytest.mark.parametrize("option", ["--json", "--html"])
+def test_an_unwritable_bench_report_is_refused_before_the_run(tmp_path, option):
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "bench", option, str(tmp_path / "missing" / "r")], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - started < 5 and result.returncode == 2, result.stderr
+    assert f"argument {option}: cannot write the report there" in result.stderr

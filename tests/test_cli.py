@@ -220,12 +220,13 @@ def test_without_a_subcommand_the_campaign_runs():
 ], ids=["check", "sharded", "campaign"])
 @pytest.mark.parametrize("path", ["/proc/nope/r.json", "", "{tmp}", "{tmp}/missing/r.json"],
                          ids=["no-such-folder", "empty", "a-directory", "missing-folder"])
-def test_an_unwritable_report_path_is_refused_before_any_fuzzing(tmp_path, command, path):
+@pytest.mark.parametrize("report", ["--json", "--html"])
+def test_an_unwritable_report_path_is_refused_before_any_fuzzing(tmp_path, command, path, report):
     started = time.monotonic()
-    result = run_fuzz(*command, "--json", path.format(tmp=tmp_path))
+    result = run_fuzz(*command, report, path.format(tmp=tmp_path))
     assert time.monotonic() - started < 2 + 3, "refused after fuzzing, not before"  # Python's start included
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "argument --json: cannot write the report there" in result.stderr
+    assert f"argument {report}: cannot write the report there" in result.stderr
     assert "Conformance" not in result.stdout
 
 
@@ -283,11 +284,13 @@ def test_a_dtype_named_twice_is_fuzzed_once(tmp_path):
     assert [cell["dtype"] for cell in json.loads((tmp_path / "r.json").read_text())["cells"]] == ["float32"]
 
 
-def test_a_target_with_two_colons_is_explained(tmp_path):
-    write(tmp_path, "targets.py", "raise RuntimeError('must not be imported')\n")
-    result = run_fuzz("check", "targets.py::fn", "--framework", "numpy", cwd=tmp_path)
+@pytest.mark.parametrize("folder", [".", "sub"])  # a path with a folder too: not mistaken for a missing file
+def test_a_target_with_two_colons_is_explained(tmp_path, folder):
+    (tmp_path / folder).mkdir(exist_ok=True)
+    write(tmp_path / folder, "targets.py", "raise RuntimeError('must not be imported')\n")
+    result = run_fuzz("check", f"{folder}/targets.py::fn", "--framework", "numpy", cwd=tmp_path)
     assert result.returncode == 2
-    assert "did you mean 'targets.py:fn'" in result.stderr and "must not be imported" not in result.stderr
+    assert f"did you mean '{folder}/targets.py:fn'" in result.stderr and "must not be imported" not in result.stderr
 
 
 def test_a_file_target_imports_the_modules_beside_it_from_any_directory(tmp_path):

@@ -85,8 +85,8 @@ def test_the_installed_wheel_runs_from_outside_the_checkout(wheel, tmp_path):
     assert usage.returncode == 0, usage.stderr
     assert "usage:" in usage.stdout
 
-    code = ("import json, fuzz, fuzz.sharded, impls.frameworks, fuzz.cli; "
-            "print(json.dumps([m.__file__ for m in (fuzz, fuzz.sharded, impls.frameworks, fuzz.cli)]))")
+    code = ("import json, fuzz, fuzz.engines, impls.frameworks, fuzz.cli; "
+            "print(json.dumps([m.__file__ for m in (fuzz, fuzz.engines, impls.frameworks, fuzz.cli)]))")
     imported = run(python, "-c", code)
     assert imported.returncode == 0, imported.stderr
     for file in json.loads(imported.stdout):

@@ -31,7 +31,8 @@ def test_a_broken_framework_breaks_only_its_own_implementations(monkeypatch):
 
 
 def test_unknown_names_are_named():
-    with pytest.raises(LookupError, match="unknown implementation 'torch'; the built-ins are torch-eager"):
+    with pytest.raises(LookupError,
+                       match="unknown implementation 'torch' of the magnitude contract; its built-ins are torch-eager"):
         impls.get_implementation("torch")
 
 

@@ -1,4 +1,4 @@
-"""Sharded normalization (fuzz/sharded/): `check --sharded` rejects every bug of tests/corpus/sharded/ at its
+"""Sharded normalization (fuzz/engines/): `check --sharded` rejects every bug of tests/corpus/sharded/ at its
 default budget and accepts every correct variant at 10x; a rank that raises, exits or hangs fails its cell
 with a clear message within the timeout; the sharded built-ins conform.
 
@@ -19,12 +19,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fuzz.cli import check_parser, run_check
+from fuzz.engines.cell import run_sharded_cell
+from fuzz.engines.plan import DEFAULT_EXAMPLES, plan_sharded_cells
+from fuzz.engines.split import MESHES, draw_split, pad_for_shard_map
+from fuzz.engines.torch_ranks import TIMEOUT_VARIABLE
 from fuzz.judge.draws import cases
 from fuzz.run.subjects import SubjectSpec
-from fuzz.sharded.cell import run_sharded_cell
-from fuzz.sharded.plan import DEFAULT_EXAMPLES, plan_sharded_cells
-from fuzz.sharded.split import MESHES, draw_split, pad_for_shard_map
-from fuzz.sharded.torch_ranks import TIMEOUT_VARIABLE
 from reference.magnitude import reference
 from reference.tolerance import CONTRACT
 from tests.corpus_entries import CORPUS, FUNCTION, corpus_entries
@@ -174,8 +174,8 @@ def test_check_sharded_exit_codes():
 
 def test_the_judge_wants_replicas_to_agree_and_sums_replicated_advantage_gradients():
     """Without processes: replies as two sequence ranks would send them."""
-    from fuzz.sharded.judge import gather_forward, gather_gradients, summed_over_replicas
-    from fuzz.sharded.split import Split
+    from fuzz.engines.judge import gather_forward, gather_gradients, summed_over_replicas
+    from fuzz.engines.split import Split
     from reference.case import Case
 
     case = Case(np.array([[-1.0, -2.0, -4.0], [-3.0, -4.0, -1.0]]), np.array([2.0, -1.0]), np.ones((2, 3), bool))

@@ -12,9 +12,9 @@ from hypothesis import find, settings
 from fuzz.judge.draws import cases
 from fuzz.judge.gradients import check_gradients
 from fuzz.judge.subject import Subject
-from fuzz.report.matrix import render_failures
 from fuzz.report.results import Bug, CellResult
 from fuzz.report.snippet import SnippetSource, snippet_for
+from fuzz.report.terminal import bugs, joined
 from impls import get_implementation
 from impls.frameworks import adapter_class, load_framework
 from impls.layouts import LAYOUTS, STRIDED_LAYOUTS_WITHOUT_NEGATIVE
@@ -120,7 +120,7 @@ def test_a_compiler_failure_is_labelled_and_shortened_in_the_terminal_and_whole_
     bug = Bug("raised InductorError", [COMPILER_OUTPUT], _case(), snippet,
               traceback="Traceback (most recent call last):\n" + COMPILER_OUTPUT)
     cell = CellResult("f", "cpu", "float16", "forward", bugs=[bug])
-    terminal = render_failures([cell])
+    terminal = joined(bugs([cell]))
     assert COMPILE_LABEL in terminal and "subcommand failed" in terminal and len(terminal) < 20000
     assert cell.as_json()["failures"] == [COMPILER_OUTPUT]  # the full text stays in the JSON
 

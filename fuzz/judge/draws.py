@@ -68,9 +68,23 @@ def _weighted(kinds: Sequence[str], weights: dict[str, int]) -> tuple[str, ...]:
 SHAPE_KIND_MENU = _weighted(SHAPE_KINDS, {"general": 3, "one long row": 2})
 MASK_MENU = _weighted(MASK_KINDS, {"random density": 2, "prefix lengths": 2})
 
+# An engine's cells (a batch split over ranks or micro-batches) have few examples each, and a split only tests its
+# collectives where several ranks hold rows with selected tokens and a nonzero cotangent crosses them: their
+# draws start from such a case (the simplest, where Hypothesis begins and shrinks to, is a 4 x 7 batch, every
+# token selected) and leave out the kinds that cannot cross ranks (no rows, every token masked, every value 0).
+# Empty and fully masked shards still come from the split's own draws (an empty shard, one shard all masked).
+SPLIT_SHAPE_MENU = ("general", "general", "general", "batch == tokens", "tiny", "one long row")
+SPLIT_BATCH_SIZES = (4, 2, 3, 8, 16)
+SPLIT_TOKEN_SIZES = (7, 3, 16, 33, 300, 1)
+SPLIT_MASK_MENU = ("all true", "random density", "random density", "prefix lengths", "prefix lengths",
+                   "some rows empty", "single token")
+EMPHASES = ("any", "splits")
 
-def draw_shape(draw: Draw) -> tuple[int, int]:
-    kind = draw(choice(SHAPE_KIND_MENU), "shape kind")
+
+def draw_shape(draw: Draw, emphasis: str = "any") -> tuple[int, int]:
+    kind = draw(choice(SPLIT_SHAPE_MENU if emphasis == "splits" else SHAPE_KIND_MENU), "shape kind")
+    if kind == "general" and emphasis == "splits":
+        return draw(choice(SPLIT_BATCH_SIZES), "batch"), draw(choice(SPLIT_TOKEN_SIZES), "tokens")
     if kind == "tiny":
         return draw(integers(0, 3), "batch"), draw(integers(0, 3), "tokens")
     if kind == "batch == tokens":
@@ -119,10 +133,12 @@ def draw_case(
     devices: Sequence[str] = ("cpu",),
     contract: Contract | None = None,
     masked_values: str = "any",
+    emphasis: str = "any",
 ) -> Case:
     """Draw one Case of `contract` (the default one if None); `draw(strategy, label)` is Hypothesis' draw with a
     label for the story. `masked_values`: "any" puts finite, huge, -inf or NaN values at masked positions;
-    "finite" only finite ones (for code whose padding is finite by construction)."""
+    "finite" only finite ones (for code whose padding is finite by construction). `emphasis`: "splits" for an
+    engine's cells (see SPLIT_SHAPE_MENU)."""
     contract = contract or DEFAULT_CONTRACT
     story: list[tuple[str, object]] = []
 
@@ -137,15 +153,20 @@ def draw_case(
     dtype = labelled(choice(tuple(dtypes)), "dtype")
     device = labelled(choice(tuple(devices)), "device")
     layout = labelled(choice(tuple(layouts)), "layout")
-    batch, tokens = draw_shape(labelled)
-    token_kinds = {spec.name: labelled(choice(menus[spec.name].kinds), menus[spec.name].label)
-                   for spec in token_inputs}
-    mask_kind = labelled(choice(MASK_MENU), "mask")
+    splits = emphasis == "splits"
+
+    def kinds(name: str) -> tuple[str, ...]:
+        menu = menus[name]
+        return menu.split_kinds if splits and menu.split_kinds is not None else menu.kinds
+
+    batch, tokens = draw_shape(labelled, emphasis)
+    token_kinds = {spec.name: labelled(choice(kinds(spec.name)), menus[spec.name].label) for spec in token_inputs}
+    mask_kind = labelled(choice(SPLIT_MASK_MENU if splits else MASK_MENU), "mask")
     density = labelled(choice((0.7, 0.05, 0.5, 0.95)), "mask density")
     padding_kind = labelled(choice(PADDING_KINDS if masked_values == "any" else PADDING_KINDS[:2]),
                             "masked-out values")
-    zero_fraction = labelled(choice((0.0, 0.2, 1.0)), "exact zeros")
-    row_kinds = {spec.name: labelled(choice(menus[spec.name].kinds), menus[spec.name].label) for spec in row_inputs}
+    zero_fraction = labelled(choice((0.0, 0.2) if splits else (0.0, 0.2, 1.0)), "exact zeros")
+    row_kinds = {spec.name: labelled(choice(kinds(spec.name)), menus[spec.name].label) for spec in row_inputs}
     seed = labelled(SEEDS, "seed")
 
     rng = np.random.default_rng(seed)
@@ -187,9 +208,13 @@ def cases(
                      contract=contract, masked_values=masked_values)
 
 
-def draw_cotangents(data: st.DataObject, case: Case) -> dict[str, np.ndarray]:
-    """A cotangent per output of the case's contract: a labelled kind (all outputs, some, zero), then values."""
+def draw_cotangents(data: st.DataObject, case: Case, emphasis: str = "any") -> dict[str, np.ndarray]:
+    """A cotangent per output of the case's contract: a labelled kind (all outputs, some, zero), then values; for
+    an engine's cells ("splits") only kinds under which gradients cross ranks."""
     contract = case.contract
-    kind = data.draw(choice(contract.cotangent_kinds), label="cotangents")
+    menu = contract.cotangent_kinds
+    if emphasis == "splits":
+        menu = tuple(kind for kind in menu if kind not in contract.trivial_cotangent_kinds)
+    kind = data.draw(choice(menu), label="cotangents")
     seed = data.draw(SEEDS, label="cotangent seed")
     return contract.cotangents(kind, np.random.default_rng(seed), case)

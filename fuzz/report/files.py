@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
-
-from fuzz.report.results import CellResult
+from typing import Any
 
 
 def unwritable_reason(path: str) -> str | None:
@@ -46,6 +44,5 @@ def write_atomically(path: str, text: str) -> None:
         raise
 
 
-def write_json(path: str, results: Sequence[CellResult], meta: dict[str, object]) -> None:
-    write_atomically(path, json.dumps({**meta, "ok": all(cell.ok for cell in results),
-                                       "cells": [cell.as_json() for cell in results]}, indent=2))
+def write_json(path: str, data: dict[str, Any]) -> None:
+    write_atomically(path, json.dumps(data, indent=2))

@@ -1,11 +1,11 @@
-"""The conformance matrix (rows implementation x device x check, columns dtypes) and every distinct bug."""
+"""The whole conformance matrix (rows implementation x device x check, columns dtypes): `--matrix`'s view, wider than
+a terminal (the default view is fuzz/report/terminal.py's summary)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fuzz.report.results import Bug, CellResult
-from fuzz.report.texts import for_terminal, is_compile_failure, shorten
+from fuzz.report.results import CellResult
 
 
 def _ulps(value: float) -> str:
@@ -56,36 +56,3 @@ def _determinism_note(results: Sequence[CellResult]) -> str:
         return f"determinism: in all {len(checked)} checked cells, two calls on the same inputs gave identical bits"
     return (f"determinism: ~ marks {len(varying)} of {len(checked)} cells where two calls on the same inputs gave "
             "different bits (not a failure; RL losses that must reproduce need deterministic kernels)")
-
-
-def _traceback_for_terminal(bug: Bug) -> str:
-    """A compiler's output fills the traceback too: its first and last lines (the JSON keeps it whole)."""
-    assert bug.traceback is not None
-    return shorten(bug.traceback, head=12, tail=8) if any(map(is_compile_failure, bug.failures)) else bug.traceback
-
-
-def render_failures(results: Sequence[CellResult]) -> str:
-    """Every distinct bug of every failing cell with its minimal case; the traceback and snippet in full the
-    first time a kind of bug shows, a one-line reference after that (all snippets are in the JSON)."""
-    parts, shown = [], set()
-    for cell in results:
-        where = f"{cell.subject} on {cell.device}, {cell.dtype}, {cell.check}"
-        for problem in cell.problems:
-            parts.append(f"\n=== FAIL {where}: {for_terminal(problem)}")
-        for number, bug in enumerate(cell.bugs, 1):
-            title = f"{where}: {bug.kind}" + (f" (bug {number} of {len(cell.bugs)})" if len(cell.bugs) > 1 else "")
-            if (bug.kind, cell.check) in shown:
-                parts.append(f"\n=== FAIL {title}: "
-                             + "; ".join(for_terminal(failure).split("\n", 1)[0] for failure in bug.failures)
-                             + " (snippet in the JSON report)")
-                continue
-            shown.add((bug.kind, cell.check))
-            story = ", ".join(f"{label}={value!r}" for label, value in bug.story if label != "seed")
-            parts.append(
-                f"\n=== FAIL {title} ===\n"
-                + "\n".join(f"  - {for_terminal(failure)}" for failure in bug.failures)
-                + (f"\n  minimal case: {story}" if story else "")
-                + (f"\n  traceback:\n{_traceback_for_terminal(bug)}" if bug.traceback else "")
-                + "\n  reproduce with this snippet:\n\n" + bug.snippet
-            )
-    return "\n".join(parts)

@@ -7,6 +7,8 @@ that never came back alike."""
 
 from __future__ import annotations
 
+import pprint
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,12 +35,26 @@ class SnippetSource:
     precision: str = "contract"
 
 
-def _literal(values: np.ndarray) -> str:
-    return repr(np.asarray(values, dtype=np.float64).tolist())  # nan and inf come from `from math import`
+SNIPPET_WIDTH = 100  # what the terminal prints: a snippet whose lines all fit is printed whole
+INLINE_WIDTH = 40  # a literal this short stays on its call's line
+LITERAL_WIDTH = 56  # a longer one's lines, indented 4 and followed by at most `, dtype=..., device=...)`
 
 
-def _bool_literal(values: np.ndarray) -> str:
-    return repr(np.asarray(values, dtype=bool).tolist())
+def _wrapped(values: list) -> str:
+    """A nested list literal: inline where short, else on lines of its own inside the call's brackets (valid
+    Python there), so that `name = torch.tensor(<this>, dtype=..., device=...)` keeps within 100 columns."""
+    text = repr(values)
+    if len(text) <= INLINE_WIDTH:
+        return text
+    return "\n    " + pprint.pformat(values, width=LITERAL_WIDTH, compact=True).replace("\n", "\n    ")
+
+
+def literal(values: np.ndarray) -> str:
+    return _wrapped(np.asarray(values, dtype=np.float64).tolist())  # nan and inf come from `from math import`
+
+
+def bool_literal(values: np.ndarray) -> str:
+    return _wrapped(np.asarray(values, dtype=bool).tolist())
 
 
 def _layout_expression(syntax: SnippetSyntax, values: np.ndarray, layout: str, dtype: str) -> str:
@@ -47,11 +63,11 @@ def _layout_expression(syntax: SnippetSyntax, values: np.ndarray, layout: str, d
     the gaps the layout skips) and a strided view over it with the layout's shape, strides and offset."""
     is_mask = values.dtype == np.bool_
     make = syntax.bool_array if is_mask else syntax.float_array
-    literal = _bool_literal if is_mask else _literal
+    to_text = bool_literal if is_mask else literal
     if layout == "contiguous" and values.size:
-        return make.format(values=literal(values))
+        return make.format(values=to_text(values))
     view = strided_view(values, layout, True if is_mask else np.nan)
-    buffer = make.format(values=literal(view.buffer))
+    buffer = make.format(values=to_text(view.buffer))
     if syntax.strided is None:  # no strides in this framework: only contiguous layouts exist, empty ones too
         return syntax.reshape.format(buffer=buffer, shape=view.shape)
     itemsize = 1 if is_mask else numpy_dtype(dtype).itemsize
@@ -60,13 +76,14 @@ def _layout_expression(syntax: SnippetSyntax, values: np.ndarray, layout: str, d
                                  writeable=numpy_writeable(view))
 
 
-def _failure_comments(failures: list[str]) -> list[str]:
-    """`# FAILED: ...` for each failure, every line of a multi-line message commented (a compiler's output
-    shortened to its first and last lines: the JSON report has it whole)."""
+def failure_comments(failures: list[str]) -> list[str]:
+    """`# FAILED: ...` for each failure, every line of a multi-line message commented and wrapped to the
+    terminal's 100 columns (a compiler's output shortened to its first and last lines: the JSON has it whole)."""
     lines = []
     for failure in failures:
-        first, *rest = for_terminal(failure).splitlines() or [""]
-        lines += [f"# FAILED: {first}", *[f"#   {line}".rstrip() for line in rest]]
+        for number, line in enumerate(for_terminal(failure).splitlines() or [""]):
+            lines += textwrap.wrap(line, SNIPPET_WIDTH, initial_indent="# FAILED: " if number == 0 else "#   ",
+                                   subsequent_indent="#     ", break_long_words=True) or ["#"]
     return lines
 
 
@@ -88,15 +105,15 @@ def _gradient_lines(syntax: SnippetSyntax, source: SnippetSource, case: Case, co
     names = [spec.name for spec in contract.differentiable_inputs]
     tolerances = contract.gradient_tolerance(exact, cotangents, case.dtype, PRECISIONS[source.precision])
     wanted = exact.inputs()  # type: ignore[attr-defined]
-    lines = [f"cotangent_{key} = np.array({_literal(value)})" for key, value in cotangents.items()]
+    lines = [f"cotangent_{key} = np.array({literal(value)})" for key, value in cotangents.items()]
     lines += [line.format(function=source.function_name) for line in syntax.vjp]
     lines += [
         "",
         *_call_lines(source.function_name, "grads", "forward_and_backward()"),
         "# exact float64 gradients, and the tolerance the suite's error model allows for each element",
         "expected_grads = [" + ",\n                  ".join(
-            f"np.array({_literal(wanted[name])})" for name in names) + "]",
-        "tolerances = [" + ", ".join(f"np.array({_literal(tolerances[name][0])})" for name in names) + "]",
+            f"np.array({literal(wanted[name])})" for name in names) + "]",
+        "tolerances = [" + ", ".join(f"np.array({literal(tolerances[name][0])})" for name in names) + "]",
         "problems = []",
         f"for name, got, want, tol in zip({[f'd {name}' for name in names]!r}, grads, expected_grads, tolerances):",
         "    if got is None:",
@@ -131,8 +148,8 @@ def _forward_lines(syntax: SnippetSyntax, source: SnippetSource, case: Case) -> 
         lines.append(f"out = {{{contract.outputs[0].name!r}: out}}")
     lines.append("# exact float64 results, and the tolerance the suite's error model allows for each element")
     for key, value in expected.outputs().items():
-        lines.append(f"expected_{key} = np.array({_literal(value)})")
-        lines.append(f"tolerance_{key} = np.array({_literal(tol[key])})")
+        lines.append(f"expected_{key} = np.array({literal(value)})")
+        lines.append(f"tolerance_{key} = np.array({literal(tol[key])})")
     allowed = list(contract.output_dtypes(case.dtype))
     lines += [
         "problems = []",
@@ -167,7 +184,7 @@ def snippet_for(source: SnippetSource, case: Case, failures: list[str],
     contract = case.contract
     lines = [
         "# Counterexample found by `python -m fuzz` (run from the suite's checkout if the import needs it).",
-        *_failure_comments(failures),
+        *failure_comments(failures),
         *([f"# contract: {contract.label}"] if contract.bound else []),
         f"# dtype {case.dtype}, device {case.device}, layout {case.layout}, shape {case.shape}",
         "from math import inf, nan",

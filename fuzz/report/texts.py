@@ -39,3 +39,14 @@ def for_terminal(message: str) -> str:
     """A failure message as a terminal shows it: a compile failure labelled and shortened, others as they are."""
     label = compiler_failure_label(message)
     return message if label is None else f"{label}: {shorten(message)}"
+
+
+STRING_PIECE = 64  # a long string literal's pieces: within 100 columns after an indent and a name
+
+
+def string_literal(text: str, indent: str = "    ") -> str:
+    """`repr(text)`, or where it is long (a deep path) a parenthesized concatenation of pieces: within 100 columns."""
+    if len(repr(text)) <= STRING_PIECE:
+        return repr(text)
+    pieces = [text[start:start + STRING_PIECE] for start in range(0, len(text), STRING_PIECE)]
+    return "(" + f"\n{indent}".join(map(repr, pieces)) + ")"

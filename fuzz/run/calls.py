@@ -98,8 +98,9 @@ class WatchedAdapter:
         self._case = case
         return self._adapter.materialize(case, **options)
 
-    def vjp(self, fn: Callable[..., Any], inputs: Any, cotangents: dict[str, np.ndarray], contract: Any) -> Any:
-        return self.watch(cotangents, lambda: self._adapter.vjp(fn, inputs, cotangents, contract))
+    def vjp(self, fn: Callable[..., Any], inputs: Any, cotangents: dict[str, np.ndarray], contract: Any,
+            keywords: dict[str, Any] | None = None) -> Any:
+        return self.watch(cotangents, lambda: self._adapter.vjp(fn, inputs, cotangents, contract, keywords))
 
     def watch(self, cotangents: dict[str, np.ndarray] | None, thunk: Callable[[], Any]) -> Any:
         if self._busy or self._case is None:
@@ -120,8 +121,8 @@ class WatchedAdapter:
 def watched(function: Callable[..., Any], adapter: WatchedAdapter) -> Callable[..., Any]:
     """`function`, each call of it run through the adapter's watcher."""
 
-    def call(*args: Any) -> Any:
-        return adapter.watch(None, lambda: function(*args))
+    def call(*args: Any, **keywords: Any) -> Any:
+        return adapter.watch(None, lambda: function(*args, **keywords))
 
     call.__name__ = getattr(function, "__name__", "function")
     return call

@@ -24,6 +24,7 @@ from fuzz.judge.subject import Subject
 from fuzz.judge.verdict import Verdict
 from fuzz.report.results import Bug, CellResult
 from fuzz.report.snippet import snippet_for
+from fuzz.report.terminal import progress_line
 from fuzz.run.calls import CallTimedOut, Watcher
 from fuzz.run.interrupted import TIMEOUT, interrupted_cell, timed_out
 from fuzz.run.plan import CellTask
@@ -92,7 +93,7 @@ def forward_example(subject: Subject, case: Case, data: st.DataObject) -> Verdic
 
 def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[str], max_examples: int, seed: int,
               check: str = "forward", example_check: ExampleCheck = forward_example,
-              bug: Callable[[Subject, Case, Verdict], Bug] | None = None) -> CellResult:
+              bug: Callable[[Subject, Case, Verdict], Bug] | None = None, emphasis: str = "any") -> CellResult:
     """Fuzz one (subject, device, dtype) cell; shrink each distinct failure and render its snippet (`bug`
     renders one: a sharded engine's snippets launch their own ranks)."""
     result = CellResult(subject.name, device, dtype, check, layouts=tuple(layouts), precision=subject.precision.name,
@@ -109,7 +110,7 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
             index = data.draw(choice(tuple(range(len(menu)))), label="declared parameters")
             contract = get_contract(contract.name, menu[index])
         case = draw_case(lambda strategy, label: data.draw(strategy, label=label), dtypes=[dtype], layouts=layouts,
-                         devices=[device], contract=contract, masked_values=subject.masked_values)
+                         devices=[device], contract=contract, masked_values=subject.masked_values, emphasis=emphasis)
         if contract.bound:
             case = case.with_(story=((contract.name, contract.parameters_text), *case.story))
         verdict = example_check(subject, case, data)
@@ -145,11 +146,10 @@ def single_process_bug(subject: Subject, case: Case, verdict: Verdict) -> Bug:
 
 
 def progress(task: CellTask, cell: CellResult) -> None:
-    """A line per cell on stderr, as it finishes."""
-    status = "ok" if cell.ok else f"FAIL ({len(cell.bugs) or 1} distinct)"
-    print(f"  {task.row} of {cell.subject} on {task.device} in {task.dtype}: {status}, {cell.examples} examples, "
-          f"worst err/tol {cell.worst:.3g}, {cell.worst_ulps:.3g} ulp, {cell.seconds:.1f} s",
-          file=sys.stderr, flush=True)
+    """A line per cell on stderr, as it finishes: one write of the whole line, so that the workers' lines (one
+    stderr for all) never run into each other."""
+    sys.stderr.write(progress_line(task.row, cell, task.device, task.dtype) + "\n")
+    sys.stderr.flush()
 
 
 def fuzz_task(subject: Subject, task: CellTask, watcher: Watcher) -> CellResult:

@@ -13,7 +13,7 @@ from fuzz.run.subjects import SubjectSpec
 @dataclass(frozen=True)
 class CellTask:
     """One cell. `engine` None: the function called in the worker's process; else a sharded engine's name
-    (fuzz/sharded/engines.py) and its `mesh` (data, sequence)."""
+    (fuzz/engines/registry.py) and its `mesh` (data, sequence)."""
 
     subject: SubjectSpec
     device: str
@@ -29,7 +29,7 @@ class CellTask:
         """The matrix row's check column: the check, and for a sharded engine the engine's kind and mesh."""
         if self.engine is None:
             return self.check
-        from fuzz.sharded.engines import engine_named
+        from fuzz.engines.registry import engine_named
 
         return engine_named(self.engine).row(self.mesh, self.check)
 

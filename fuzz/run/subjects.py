@@ -47,18 +47,25 @@ class SubjectSpec:
 MASKED_VALUES = ("any", "finite")
 
 
-def declared_contract(reduction: str | None = None, rows: str | None = None,
-                      l_max: float | None = None) -> tuple[str, dict[str, Any]]:
+def declared_contract(reduction: str | None = None, rows: str | None = None, l_max: float | None = None,
+                      accumulation: bool = False, dp_reduce: str | None = None,
+                      backward_scale: str | None = None) -> tuple[str, dict[str, Any]]:
     """The contract a `check` declares, and its parameters: the loss reduction of `reduction` (a mode, or an
-    alias: grpo, dr_grpo, per-token, ...), or by default the magnitude diagnostic. ValueError naming the argument
-    that is wrong or that needs another."""
+    alias: grpo, dr_grpo, per-token, ...), with `accumulation` its per-chunk form over micro-batches and ranks,
+    or by default the magnitude diagnostic. ValueError naming the argument that is wrong or needs another."""
+    if not accumulation:
+        for name, value in (("dp_reduce", dp_reduce), ("backward_scale", backward_scale)):
+            if value is not None:
+                raise ValueError(f"{name} is a convention of the per-chunk loss: it needs accumulation too")
     if reduction is None:
-        for name, value in (("rows", rows), ("l_max", l_max)):
+        for name, value in (("rows", rows), ("l_max", l_max), ("accumulation", accumulation or None)):
             if value is not None:
                 raise ValueError(f"{name} is a parameter of the loss reduction: it needs reduction=MODE too")
         return CONTRACT_NAMES[0], {}
-    parameters = {"mode": reduction, "rows": rows or "all", "l_max": l_max}
-    contract = get_contract("reduction", parameters)  # ValueError naming a wrong one
+    parameters: dict[str, Any] = {"mode": reduction, "rows": rows or "all", "l_max": l_max}
+    if accumulation:
+        parameters.update(dp_reduce=dp_reduce or "mean", backward_scale=backward_scale or "1")
+    contract = get_contract("accumulation" if accumulation else "reduction", parameters)  # ValueError naming one
     return contract.name, dict(contract.bound)
 
 

@@ -48,9 +48,9 @@ def run_cell(task: CellTask, watcher: Watcher) -> CellResult:
     """Fuzz one cell of a subject named by its spec (built once per process), printing a progress line; a
     sharded cell runs on its engine's ranks."""
     if task.engine is not None:
-        from fuzz.sharded.cell import run_sharded_cell
+        from fuzz.engines.cell import run_sharded_cell
 
-        cell = run_sharded_cell(task)
+        cell = run_sharded_cell(task, watcher)
         progress(task, cell)
         return cell
     return fuzz_task(build_subject(task.subject), task, watcher)

@@ -67,7 +67,8 @@ class SnippetSyntax:
 
 
 NUMPY_AS_FLOAT64 = "np.asarray(x, dtype=np.float64)"
-NUMPY_STRIDED = ("np.lib.stride_tricks.as_strided({buffer}[{offset}:], {shape}, {byte_strides}, "
+# over two lines (inside the call's brackets), so that `name = <this>` stays within a terminal's width
+NUMPY_STRIDED = ("np.lib.stride_tricks.as_strided(\n    {buffer}[{offset}:], {shape}, {byte_strides}, "
                  "writeable={writeable})")
 
 
@@ -79,8 +80,9 @@ def numpy_dtype_expression(dtype: str) -> tuple[str, tuple[str, ...]]:
 
 
 def snippet_outputs(contract: Contract, result: str) -> str:
-    """Python for `{output: value}` of a result named `result`: the mapping itself, or a one-entry dict."""
-    return result if contract.returns_mapping else f"{{{contract.outputs[0].name!r}: {result}}}"
+    """Python for `{output: value}` of a result named `result`: the mapping itself, or a one-entry dict; as a
+    format template (SnippetSyntax.vjp's lines are: a dict's braces doubled)."""
+    return result if contract.returns_mapping else f"{{{{{contract.outputs[0].name!r}: {result}}}}}"
 
 
 def named_outputs(contract: Contract, result: Any) -> Mapping[str, Any]:
@@ -171,8 +173,10 @@ class Framework:
         """`fn` as `check --framework mode` runs it (compiled, where the mode says so)."""
         return fn
 
-    def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray], contract: Contract) -> VJP:
-        """The backward pass of `fn` on `inputs` for float64 cotangents of every output (by name)."""
+    def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray], contract: Contract,
+            keywords: dict[str, Any] | None = None) -> VJP:
+        """The backward pass of `fn(*inputs, **keywords)` for float64 cotangents of every output (by name);
+        `keywords` are the contract's Python-int arguments (reference/contract.py's `keywords`)."""
         raise NotImplementedError(f"{self.name} has no autograd")
 
     def synchronize(self, value: Any) -> None:

@@ -137,7 +137,7 @@ class JaxFramework(Framework):
         device = next(iter(devices))
         if device.platform != "cpu":
             return "cuda"
-        if len(devices) > 1:  # sharded over a mesh of host devices (fuzz/sharded): the kind is the device
+        if len(devices) > 1:  # sharded over a mesh of host devices (fuzz/engines): the kind is the device
             return "cpu"
         index = self.jax.devices("cpu").index(device)
         return "cpu" if index == 0 else f"cpu:{index}"
@@ -146,15 +146,20 @@ class JaxFramework(Framework):
         return np.asarray(value).astype(np.float64)
 
     def wrap(self, fn: Callable, mode: str, contract: Contract) -> Callable:
-        return self.jax.jit(fn)
+        # the contract's keyword arguments are Python ints (the step's normalizers): static, as a trainer's are
+        return self.jax.jit(fn, static_argnames=contract.keywords) if contract.keywords else self.jax.jit(fn)
 
     def synchronize(self, value: Any) -> None:
         self.jax.block_until_ready(value)
 
     @functools.lru_cache(maxsize=64)  # noqa: B019  (adapters live for the whole process)
     def _jitted_vjp(self, fn: Callable, contract: Contract) -> Callable:
-        """jax.vjp of fn over the contract's differentiable inputs, under jit: forward and backward compile once
-        per shape, together."""
+        """jax.vjp of fn under jit: forward and backward compile once per shape, together."""
+        return self.jax.jit(self._vjp(fn, contract))
+
+    def _vjp(self, fn: Callable, contract: Contract) -> Callable:
+        """(arguments, cotangents) -> (outputs, gradients): jax.vjp of fn over the contract's differentiable
+        inputs, the others held fixed."""
         positions = [index for index, spec in enumerate(contract.inputs) if spec.differentiable]
 
         def forward_and_backward(arguments: tuple[Any, ...], cotangents: Any) -> Any:
@@ -166,15 +171,20 @@ class JaxFramework(Framework):
                 return {key: outputs[key] for key in contract.output_names}  # a plain dict: any Mapping in
 
             outputs, pullback = self.jax.vjp(differentiable_part, *[arguments[i] for i in positions])
-            return outputs, pullback({key: cotangents[key].astype(value.dtype) for key, value in outputs.items()})
+            return outputs, pullback({key: self.jnp.asarray(cotangents[key]).astype(value.dtype)
+                                      for key, value in outputs.items()})
 
-        return self.jax.jit(forward_and_backward)
+        return forward_and_backward
 
-    def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray], contract: Contract) -> VJP:
+    def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray], contract: Contract,
+            keywords: dict[str, Any] | None = None) -> VJP:
         # float64 cotangents, uncommitted (jit puts them where the inputs are, on one device or a mesh), converted to
         # each output's dtype inside (only under x64 do they stay float64)
         host = {key: np.asarray(value, dtype=np.float64) for key, value in cotangents.items()}
-        result, grads = self._jitted_vjp(fn, contract)(tuple(inputs), host)
+        if keywords:  # Python ints, different in every example: jax.vjp as it is, fn's own jit compiling per shape
+            result, grads = self._vjp(functools.partial(fn, **keywords), contract)(tuple(inputs), host)
+        else:
+            result, grads = self._jitted_vjp(fn, contract)(tuple(inputs), host)
         names = [spec.name for spec in contract.differentiable_inputs]
         return VJP(result, dict(zip(names, grads)))
 

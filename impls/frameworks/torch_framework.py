@@ -50,10 +50,8 @@ def _snippet_vjp(contract: Contract) -> tuple[str, ...]:
         f"    inputs = [{differentiable}]",
         "    if not keys:",
         "        return [None] * len(inputs)",
-        "    return torch.autograd.grad(",
-        "        [out[k] for k in keys], inputs, allow_unused=True,",
-        "        grad_outputs=[torch.tensor(globals()['cotangent_' + k], dtype=out[k].dtype, device=out[k].device)",
-        "                      for k in keys])",
+        "    cotangents = [torch.tensor(globals()['cotangent_' + k]).to(out[k]) for k in keys]",
+        "    return torch.autograd.grad([out[k] for k in keys], inputs, cotangents, allow_unused=True)",
     )
 
 
@@ -111,8 +109,8 @@ class TorchFramework(Framework):
         return SnippetSyntax(
             ("import torch",), f"torch.tensor({{values}}, dtype=torch.{case.dtype}{device})",
             f"torch.tensor({{values}}, dtype=torch.bool{device})", "{buffer}.as_strided({shape}, {strides}, {offset})",
-            "np.asarray(x.detach().to('cpu', torch.float64)) if isinstance(x, torch.Tensor) "
-            "else np.asarray(x, dtype=np.float64)",
+            "(np.asarray(x.detach().to('cpu', torch.float64)) if isinstance(x, torch.Tensor)\n"
+            "            else np.asarray(x, dtype=np.float64))",
             ("Tensor",), counts_writes=True, vjp=_snippet_vjp(case.contract))
 
     def is_array(self, value: object) -> bool:
@@ -140,8 +138,9 @@ class TorchFramework(Framework):
         if self.torch.cuda.is_available():
             self.torch.cuda.synchronize()
 
-    def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray], contract: Contract) -> VJP:
-        result = fn(*inputs)
+    def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray], contract: Contract,
+            keywords: dict[str, Any] | None = None) -> VJP:
+        result = fn(*inputs, **(keywords or {}))
         outputs = named_outputs(contract, result)
         tracked = [key for key in contract.output_names
                    if isinstance(outputs[key], self.torch.Tensor) and outputs[key].requires_grad]

@@ -10,25 +10,18 @@ from typing import Any
 
 import numpy as np
 
-from fuzz.sharded.judge import summed_over_replicas
-from fuzz.sharded.split import Padded, Split, pad_cotangents, pad_for_shard_map
+from fuzz.engines.judge import summed_over_replicas
+from fuzz.engines.split import Padded, Split, pad_cotangents, pad_for_shard_map
+from fuzz.report.snippet import bool_literal, failure_comments, literal
 from reference.case import Case
 from reference.exact import exact_results
-
-
-def _literal(values: np.ndarray) -> str:
-    return repr(np.asarray(values, dtype=np.float64).tolist())
-
-
-def _bool_literal(values: np.ndarray) -> str:
-    return repr(np.asarray(values, dtype=bool).tolist())
 
 
 def _header(subject: Any, case: Case, failures: list[str], how: str) -> list[str]:
     lines = [
         f"# Counterexample found by `python -m fuzz check --sharded`: {how}.",
         "# Save as a file and run it (the ranks import this file); it fails while the bug is there.",
-        *[f"# FAILED: {failure}" for failure in failures],
+        *failure_comments(failures),
         *([f"# contract: {case.contract.label}"] if case.contract.bound else []),
         f"# dtype {case.dtype}, shape {case.shape}",
         "from math import inf, nan",
@@ -38,8 +31,8 @@ def _header(subject: Any, case: Case, failures: list[str], how: str) -> list[str
     ]
     for spec in case.contract.inputs:
         value = case.values[spec.name]
-        literal = _bool_literal(value) + ", dtype=bool" if spec.kind == "bool" else _literal(value)
-        lines.append(f"{spec.name.upper()} = np.array({literal}).reshape{tuple(value.shape)!r}")
+        text = bool_literal(value) + ", dtype=bool" if spec.kind == "bool" else literal(value)
+        lines.append(f"{spec.name.upper()} = np.array({text}).reshape{tuple(value.shape)!r}")
     return lines
 
 
@@ -56,20 +49,20 @@ def _expected_lines(subject: Any, case: Case, cotangents: dict[str, np.ndarray] 
     lines = ["# exact float64 results of the whole batch, and the tolerance the suite's error model allows"]
     for spec in contract.outputs:
         want = place(expected.outputs()[spec.name], spec.dims)
-        lines += [f"EXPECTED_{spec.name.upper()} = np.array({_literal(want)})",
-                  f"TOLERANCE_{spec.name.upper()} = np.array({_literal(place(tol[spec.name], spec.dims))})"]
+        lines += [f"EXPECTED_{spec.name.upper()} = np.array({literal(want)})",
+                  f"TOLERANCE_{spec.name.upper()} = np.array({literal(place(tol[spec.name], spec.dims))})"]
     if cotangents is not None and exact_cotangents is not None:
         exact = contract.vjp(case, exact_cotangents, expected)
         tolerances = contract.gradient_tolerance(exact, exact_cotangents, case.dtype, subject.precision)
         given = cotangents if padded is None else pad_cotangents(padded, cotangents)
-        lines += [f"COTANGENT_{key.upper()} = np.array({_literal(value)})" for key, value in given.items()]
+        lines += [f"COTANGENT_{key.upper()} = np.array({literal(value)})" for key, value in given.items()]
         lines.append("# the exact VJP (cotangents summed over replicas where each replica receives one)")
         for spec in contract.differentiable_inputs:
             shape = tuple(value for value in (padded.case if padded else case).values[spec.name].shape)
             lines += [f"EXPECTED_D_{spec.name.upper()} = np.array("
-                      f"{_literal(place(exact.inputs()[spec.name], spec.dims))}).reshape{shape!r}",
+                      f"{literal(place(exact.inputs()[spec.name], spec.dims))}).reshape{shape!r}",
                       f"TOLERANCE_D_{spec.name.upper()} = np.array("
-                      f"{_literal(place(tolerances[spec.name][0], spec.dims))}).reshape{shape!r}"]
+                      f"{literal(place(tolerances[spec.name][0], spec.dims))}).reshape{shape!r}"]
     return lines
 
 
@@ -243,4 +236,179 @@ def jax_snippet(subject: Any, case: Case, split: Split, cotangents: dict[str, np
             lines.append(f"check('d {spec.name}', grads[{index}], EXPECTED_D_{spec.name.upper()}, "
                          f"TOLERANCE_D_{spec.name.upper()}, problems)")
     lines.append("assert not problems, '\\n'.join(problems)")
+    return "\n".join(lines) + "\n"
+
+
+def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[str, np.ndarray] | None,
+                         failures: list[str]) -> str:
+    """A script that calls the per-chunk function on each chunk of the step, combines as declared, and asserts
+    the full step's output (or, with cotangents, every token's combined gradient)."""
+    from fuzz.engines.chunks import chunk_case, chunk_weight, step_keywords
+    from impls.frameworks import adapter_class
+
+    contract, expected = case.contract, exact_results(case)
+    syntax = adapter_class(subject.adapter.name).snippet_syntax(case)
+    keywords, weight = step_keywords(case, split), chunk_weight(case, split)
+    tol = contract.tolerance(expected, case.dtype, subject.precision)
+    output = contract.outputs[0].name
+    lines = [
+        f"# Counterexample found by `python -m fuzz check --accumulation`: {split.ranks} ranks x {split.steps} "
+        "accumulation steps, in one process.",
+        *failure_comments(failures),
+        f"# contract: {contract.label}",
+        f"# dtype {case.dtype}; the step's batch {case.shape}, rows cut at {list(split.cuts)}, "
+        f"chunk widths {list(split.widths)}",
+        "from math import inf, nan",
+        "import functools",
+        *dict.fromkeys(["import numpy as np", *syntax.imports, *subject.import_lines]),
+        *([f"{subject.function_name} = {subject.wrap.format(subject.function_name)}"] if subject.wrap else []),
+        "",
+        f"KEYWORDS = {keywords!r}  # the step's global normalizers, the same for every chunk",
+        f"WEIGHT = {weight!r}  # each chunk's share of the combined loss: 1/R under the ranks' mean, 1/G under 1/G",
+        "",
+        f"def as_float64(x):\n    return {syntax.as_float64}",
+        "",
+        "chunks = []",
+    ]
+    for k in range(split.chunks):
+        chunk = chunk_case(case, split, k)
+        arrays = []
+        for spec in contract.inputs:
+            values = chunk.values[spec.name]
+            if values.size:
+                text = bool_literal(values) if spec.kind == "bool" else literal(values)
+                make = syntax.bool_array if spec.kind == "bool" else syntax.float_array
+                arrays.append(make.format(values=text))
+            else:  # an empty chunk: an empty array of its shape
+                make = syntax.bool_array if spec.kind == "bool" else syntax.float_array
+                arrays.append(syntax.reshape.format(buffer=make.format(values="[]"), shape=values.shape))
+        lines.append(f"chunks.append(({', '.join(arrays)},))  # {split.describe(k)}")
+    call = f"functools.partial({subject.function_name}, **KEYWORDS)"
+    if cotangents is None:
+        lines += [
+            f"losses = [as_float64({call}(*chunk)) for chunk in chunks]",
+            "combined = sum(WEIGHT * float(loss) for loss in losses)",
+            f"expected, tolerance = {float(expected.outputs()[output])!r}, {float(tol[output])!r}",
+            "print(f'combined loss {combined!r}, expected {expected!r} +- {tolerance!r}; chunk losses {losses}')",
+            "assert abs(combined - expected) <= tolerance, f'combined loss {combined!r}, expected {expected!r}'",
+        ]
+        return "\n".join(lines) + "\n"
+    exact = contract.vjp(case, cotangents, expected)
+    tolerances = contract.gradient_tolerance(exact, cotangents, case.dtype, subject.precision)
+    spec = contract.differentiable_inputs[0]
+    lines += [
+        f"cotangent_{output} = np.array({float(np.asarray(cotangents[output])) * weight!r})  # c times WEIGHT",
+        f"grad = np.zeros({tuple(case.sizes[dim] for dim in spec.dims)!r})",
+        f"CUTS, WIDTHS = {list(split.cuts)!r}, {list(split.widths)!r}",
+        "for k, chunk in enumerate(chunks):",
+        f"    {', '.join(contract.input_names)} = chunk",
+        f"    chunk_fn = {call}",
+        *[f"    {line.format(function='chunk_fn')}" for line in syntax.vjp],
+        "    got = forward_and_backward()[0]",
+        "    assert got is not None, f'chunk {k}: no gradient (the loss does not reach the losses)'",
+        "    grad[CUTS[k]:CUTS[k + 1], :WIDTHS[k]] = as_float64(got)",
+        f"expected = np.array({literal(exact.inputs()[spec.name])})",
+        f"tolerance = np.array({literal(tolerances[spec.name][0])})",
+        "print(f'combined gradient {grad.tolist()}, expected {expected.tolist()}')",
+        "assert np.isfinite(grad).all() and (np.abs(grad - expected) <= tolerance).all(), 'combined gradient wrong'",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def ddp_snippet(subject: Any, case: Case, split: Any, cotangents: dict[str, np.ndarray] | None,
+                failures: list[str]) -> str:
+    """A script that runs the step on R gloo ranks under DistributedDataParallel, as the DDP engine does, and
+    asserts the combined loss (or the averaged gradient)."""
+    from fuzz.engines.chunks import chunk_weight
+
+    contract, expected = case.contract, exact_results(case)
+    weight, output = chunk_weight(case, split), contract.outputs[0].name
+    values_name = contract.differentiable_inputs[0].name  # the per-token values: the DDP module's parameter
+    tol = contract.tolerance(expected, case.dtype, subject.precision)
+    averaged = contract.chunked.ranks_averaged(contract.bound)
+    scale = weight * (split.ranks if averaged else 1.0)
+    lines = [
+        f"# Counterexample found by `python -m fuzz check --accumulation --ranks`: {split.ranks} gloo ranks x "
+        f"{split.steps} micro-batches under DistributedDataParallel.",
+        "# Save as a file and run it (the ranks import this file); it fails while the bug is there.",
+        *failure_comments(failures),
+        f"# contract: {contract.label}",
+        "from math import inf, nan",
+        "import contextlib, socket",
+        "import numpy as np",
+        "import torch",
+        "import torch.distributed as dist",
+        "import torch.multiprocessing",
+        "from torch.nn.parallel import DistributedDataParallel",
+        *subject.import_lines,
+        "",
+        f"LOSSES = np.array({literal(case.values[values_name])}).reshape{tuple(case.shape)!r}",
+        f"MASK = np.array({bool_literal(case.mask)}, dtype=bool).reshape{tuple(case.shape)!r}",
+        f"DTYPE = torch.{case.dtype}",
+        f"RANKS, STEPS, CUTS, WIDTHS = {split.ranks}, {split.steps}, {list(split.cuts)!r}, {list(split.widths)!r}",
+        f"SUM_OVER_RANKS = {not averaged!r}",
+        f"WEIGHT = {weight!r}  # each chunk's share of the combined loss",
+        f"EXPECTED, TOLERANCE = {float(expected.outputs()[output])!r}, {float(tol[output])!r}",
+    ]
+    if cotangents is not None:
+        exact = contract.vjp(case, cotangents, expected)
+        name = contract.differentiable_inputs[0].name
+        gradient_tol = contract.gradient_tolerance(exact, cotangents, case.dtype, subject.precision)[name][0]
+        lines += [f"COTANGENT = {float(np.asarray(cotangents[output])) * scale!r}  # c times 1/G (DDP divides by R)",
+                  f"EXPECTED_GRAD = np.array({literal(exact.inputs()[name])}).reshape{tuple(case.shape)!r}",
+                  f"GRAD_TOLERANCE = np.array({literal(gradient_tol)}).reshape{tuple(case.shape)!r}"]
+    lines += [
+        "",
+        "",
+        "class Step(torch.nn.Module):",
+        "    def __init__(self):",
+        "        super().__init__()",
+        "        self.losses = torch.nn.Parameter(torch.tensor(np.nan_to_num(LOSSES, nan=0.0, posinf=0.0, neginf=0.0),"
+        " dtype=DTYPE))",
+        "",
+        "    def forward(self):",
+        "        return self.losses",
+        "",
+        "",
+        "def run_rank(rank, port, results):",
+        "    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=RANKS)",
+        "    step = DistributedDataParallel(Step())",
+        "    with torch.no_grad():",
+        "        step.module.losses.copy_(torch.tensor(LOSSES, dtype=DTYPE))",
+        "    if SUM_OVER_RANKS:",
+        "        step.register_comm_hook(None, lambda state, bucket: dist.all_reduce(bucket.buffer(), async_op=True)"
+        ".get_future().then(lambda f: f.value()[0]))",
+        "    mine = [rank * STEPS + g for g in range(STEPS)]",
+        "    masks = [torch.tensor(MASK[CUTS[k]:CUTS[k + 1], :WIDTHS[k]]) for k in mine]",
+        "    losses = []",
+        "    for g, k in enumerate(mine):",
+        f"        with contextlib.nullcontext() if g == STEPS - 1{' or True' if cotangents is None else ''} "
+        "else step.no_sync():",
+        "            chunk = step()[CUTS[k]:CUTS[k + 1], :WIDTHS[k]]",
+        f"            loss = {subject.function_name}(chunk, masks[g], step_masks=masks, group=dist.group.WORLD, "
+        "accumulation_steps=STEPS)",
+        "            losses.append(float(loss))",
+        *(["            loss.backward(torch.tensor(COTANGENT, dtype=loss.dtype))"] if cotangents is not None else []),
+        "    results[rank] = (losses, None if step.module.losses.grad is None else "
+        "step.module.losses.grad.double().numpy().tolist())",
+        "    dist.destroy_process_group()",
+        "",
+        "",
+        "if __name__ == '__main__':",
+        "    with socket.socket() as s:",
+        "        s.bind(('127.0.0.1', 0))",
+        "        port = s.getsockname()[1]",
+        "    results = torch.multiprocessing.Manager().dict()",
+        "    torch.multiprocessing.spawn(run_rank, args=(port, results), nprocs=RANKS)",
+    ]
+    if cotangents is None:
+        lines += ["    combined = WEIGHT * sum(sum(results[rank][0]) for rank in range(RANKS))",
+                  "    print(f'combined loss {combined!r}, expected {EXPECTED!r} +- {TOLERANCE!r}')",
+                  "    assert abs(combined - EXPECTED) <= TOLERANCE, f'combined {combined!r}, expected {EXPECTED!r}'"]
+    else:
+        lines += ["    grad = results[0][1]",
+                  "    assert grad is not None, 'the losses got no gradient'",
+                  "    grad = np.array(grad)",
+                  "    print(f'averaged gradient {grad.tolist()}, expected {EXPECTED_GRAD.tolist()}')",
+                  "    assert (np.abs(grad - EXPECTED_GRAD) <= GRAD_TOLERANCE).all(), 'the averaged gradient is wrong'"]
     return "\n".join(lines) + "\n"

@@ -61,6 +61,11 @@ class Split:
     def tokens(self, q: int) -> slice:
         return slice(self.token_cuts[q], self.token_cuts[q + 1])
 
+    def active(self, case: Case) -> int:
+        """How many ranks hold a selected token: where a split's collectives have something to carry."""
+        return sum(bool(case.mask[self.rows(d), self.tokens(q)].any())
+                   for d, q in (self.coordinates(rank) for rank in range(self.world)))
+
     def describe(self, rank: int) -> str:
         d, q = self.coordinates(rank)
         rows, tokens = self.rows(d), self.tokens(q)

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from fuzz.sharded.jax_worker import JaxWorkerEngine
-from fuzz.sharded.split import Split
+from fuzz.engines.jax_worker import JaxWorkerEngine
+from fuzz.engines.split import Split
 from reference.case import Case
 from reference.contract import Contract
 
@@ -24,7 +24,7 @@ class JaxPlain(JaxWorkerEngine):
 
     def snippet(self, subject: Any, case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,
                 failures: list[str]) -> str:
-        from fuzz.sharded.snippets import jax_snippet
+        from fuzz.engines.snippets import jax_snippet
 
         return jax_snippet(subject, case, split, cotangents, failures, plain=True)
 

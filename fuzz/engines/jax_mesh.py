@@ -4,7 +4,7 @@
 
 with the contract's partition specs (`Input.mesh`; per-row outputs split over "data", scalars replicated),
 reducing with `lax.psum` over the axis names. shard_map's replication check (`check_vma`, on) proves the
-outputs replicated as out_specs say. Run in the mesh worker (fuzz/sharded/jax_worker.py) on padded shards."""
+outputs replicated as out_specs say. Run in the mesh worker (fuzz/engines/jax_worker.py) on padded shards."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from fuzz.sharded.jax_worker import JaxWorkerEngine, shard_map_function
-from fuzz.sharded.split import Split
+from fuzz.engines.jax_worker import JaxWorkerEngine, shard_map_function
+from fuzz.engines.split import Split
 from reference.case import Case
 from reference.contract import Contract
 
@@ -37,7 +37,7 @@ class JaxMesh(JaxWorkerEngine):
 
     def snippet(self, subject: Any, case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,
                 failures: list[str]) -> str:
-        from fuzz.sharded.snippets import jax_snippet
+        from fuzz.engines.snippets import jax_snippet
 
         return jax_snippet(subject, case, split, cotangents, failures, plain=False)
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from fuzz.engines.split import Padded, Split, output_block
 from fuzz.judge.forward import compare_values
 from fuzz.judge.gradients import judge_gradients
 from fuzz.judge.outputs import GRADIENT_STRUCTURE, ReadBack
 from fuzz.judge.verdict import Failure, Verdict
-from fuzz.sharded.split import Padded, Split, output_block
 from reference.case import Case
 from reference.tolerance import Precision
 

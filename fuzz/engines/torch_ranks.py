@@ -21,6 +21,7 @@ import atexit
 import contextlib
 import datetime
 import functools
+import importlib
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -31,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from fuzz.engines.registry import Engine
+from fuzz.engines.split import MESHES, Split
 from fuzz.judge.verdict import Verdict
-from fuzz.sharded.engines import Engine
-from fuzz.sharded.split import MESHES, Split
 from reference.case import Case
 
 DEFAULT_TIMEOUT_S = 60.0  # per example; a correct example takes milliseconds, a cold start seconds
@@ -59,16 +60,23 @@ def _free_port() -> int:
 # ---------------------------------------------------------------------------------------------- rank side
 
 @functools.cache  # once per rank process: a file TARGET is executed once, as in a trainer (failures are not cached)
-def _resolve(subject: tuple[str, str]) -> Any:
-    """The function a job names: ("builtin", name) from the registry, or ("target", "path.py:function")."""
+def _load(subject: tuple[str, str]) -> Any:
     kind, name = subject
     if kind == "builtin":
         from impls.registry import get_implementation
 
-        return get_implementation(name).function
+        contract, _, builtin = name.partition(":")
+        return get_implementation(builtin, contract)
     from fuzz.loader import load_target
 
     return load_target(name).function
+
+
+def resolve(subject: tuple[str, str], contract: Any) -> Any:
+    """The function a job names, for its case's contract: ("builtin", "contract:name") from the registry, bound to
+    the contract's declared parameters, or ("target", "path.py:function") as it is."""
+    loaded = _load(subject)
+    return loaded.function_for(contract) if subject[0] == "builtin" else loaded
 
 
 LOAD_FAILED = "function does not load on the ranks"
@@ -76,14 +84,14 @@ LOAD_FAILED = "function does not load on the ranks"
 
 def _run_job(job: dict[str, Any], groups: dict[tuple[int, int], tuple[Any, Any]], rank: int) -> dict[str, Any]:
     """One example on this rank: the forward pass (checked for structure and unchanged inputs), or the VJP."""
+    from fuzz.engines.replies import rank_reply
     from fuzz.judge.outputs import modified_inputs
     from fuzz.judge.verdict import Failure, call_safely
-    from fuzz.sharded.replies import rank_reply
     from impls.frameworks import load_framework
 
     adapter = load_framework("torch")
     try:
-        fn = _resolve(job["subject"])
+        fn = resolve(job["subject"], job["case"].contract)
     except Exception as error:
         return {"failures": [Failure(LOAD_FAILED, f"cannot load the function on the rank: "
                                                   f"{type(error).__name__}: {error}")],
@@ -132,7 +140,10 @@ def _rank_main(rank: int, world: int, port: int, device: str, connection: Any) -
             connection.send("ok")
             continue
         try:
-            reply = _run_job(message[1], groups, rank)
+            job = message[1]
+            runner = _run_job if "runner" not in job else getattr(importlib.import_module(job["runner"][0]),
+                                                                   job["runner"][1])
+            reply = runner(job, groups, rank)
         except Exception as error:  # the harness's own failure on this rank
             reply = {"internal": f"{type(error).__name__}: {error}\n{traceback.format_exc()}"}
         connection.send(reply)
@@ -280,37 +291,46 @@ class TorchRanks(Engine):
     framework = "torch"
     replicas_sum_cotangents = True
 
-    def devices(self) -> list[str]:
+    def devices(self, spec: Any) -> list[str]:
         from impls.frameworks import load_framework
 
         return load_framework("torch").devices()
 
-    def meshes(self, device: str) -> tuple[tuple[int, int], ...]:
+    def shapes(self, device: str) -> tuple[tuple[int, int], ...]:
         if device != "cuda":
             return MESHES
         import torch
 
         return tuple(mesh for mesh in MESHES if mesh[0] * mesh[1] <= torch.cuda.device_count())
 
-    def run(self, subject_key: tuple[str, str], case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,
-            precision: Any) -> tuple[dict[str, np.ndarray] | None, Verdict]:
-        from fuzz.sharded.judge import gather_forward, gather_gradients, rank_cotangents
-        from fuzz.sharded.split import shard
+    def exact_cotangents(self, case: Case, cotangents: dict[str, np.ndarray], split: Split) -> dict[str, np.ndarray]:
+        from fuzz.engines.judge import summed_over_replicas
+
+        return summed_over_replicas(case, cotangents, split)
+
+    def run(self, subject: Any, case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,
+            exact: Any) -> Verdict:
+        from fuzz.engines.judge import compare_gradients, gather_forward, gather_gradients, rank_cotangents
+        from fuzz.engines.split import shard
 
         jobs = []
         for rank in range(split.world):
-            job: dict[str, Any] = {"subject": subject_key, "mesh": split.mesh, "case": shard(case, split, rank)}
+            job: dict[str, Any] = {"subject": subject.key, "mesh": split.mesh, "case": shard(case, split, rank)}
             if cotangents is not None:
                 job["cotangents"] = rank_cotangents(case, cotangents, split, rank)
             jobs.append(job)
         replies = pool_for(split.world, case.device).run(jobs, split.describe)
         if cotangents is None:
-            return None, gather_forward(case, split, replies, split.describe, precision)
-        return gather_gradients(case, split, replies, split.describe)
+            return gather_forward(case, split, replies, split.describe, subject.precision)
+        gradients, verdict = gather_gradients(case, split, replies, split.describe)
+        if gradients is not None:
+            verdict.merge(compare_gradients(case, gradients, exact, self.exact_cotangents(case, cotangents, split),
+                                            subject.precision))
+        return verdict
 
     def snippet(self, subject: Any, case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,
                 failures: list[str]) -> str:
-        from fuzz.sharded.snippets import torch_ranks_snippet
+        from fuzz.engines.snippets import torch_ranks_snippet
 
         return torch_ranks_snippet(subject, case, split, cotangents, failures)
 

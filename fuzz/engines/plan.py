@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fuzz.engines.registry import engine_named
 from fuzz.run.plan import CellTask
 from fuzz.run.subjects import SubjectSpec
-from fuzz.sharded.engines import engine_named
 
 # `check --sharded` without --max-examples: examples per (mesh, dtype) cell. Six meshes make it 60 examples
 # per dtype (gradients: half), against 40 for a single-process check.
@@ -29,6 +29,6 @@ def plan_sharded_cells(spec: SubjectSpec, engine_name: str, dtypes: Sequence[str
     checks = [("forward", examples)] + ([("gradients", gradient_examples)] if gradients else [])
     return [CellTask(spec, device, dtype, check, count, mesh_seed(seed, mesh), engine.name, mesh)
             for check, count in checks
-            for device in engine.devices() if devices is None or device in devices
-            for mesh in engine.meshes(device)
+            for device in engine.devices(spec) if devices is None or device in devices
+            for mesh in engine.shapes(device)
             for dtype in dtypes]

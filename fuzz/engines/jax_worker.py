@@ -1,8 +1,8 @@
-"""A worker process with host-platform CPU devices for the JAX engines (fuzz/sharded/jax_mesh.py, jax_plain.py).
+"""A worker process with host-platform CPU devices for the JAX engines (fuzz/engines/jax_mesh.py, jax_plain.py).
 
 JAX fixes its device count when it initializes, from XLA_FLAGS=--xla_force_host_platform_device_count=N,
 so the sharded JAX runs need a process of their own: this one is spawned with that flag, and it is kept
-alive across examples and cells. Each job is one padded global case (see fuzz/sharded/split.py) on a mesh
+alive across examples and cells. Each job is one padded global case (see fuzz/engines/split.py) on a mesh
 ("data", "sequence"), its inputs placed with the contract's partition specs (`Input.mesh`); the job's engine
 says how the function runs there (`engine.mapped(fn, mesh, contract)`: under shard_map, or as it is), always
 under jax.jit, and for gradients under jax.vjp of that global function, with global cotangents.
@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from fuzz.engines.registry import Engine
+from fuzz.engines.split import Split
+from fuzz.engines.torch_ranks import START_TIMEOUT_S, RankFailure, rank_timeout
 from fuzz.judge.verdict import Verdict
-from fuzz.sharded.engines import Engine
-from fuzz.sharded.split import Split
-from fuzz.sharded.torch_ranks import START_TIMEOUT_S, RankFailure, rank_timeout
 from reference.case import Case
 
 DEVICES = 4  # the largest mesh has 4 devices
@@ -60,22 +60,22 @@ class _Runner:
         devices = np.array(self.jax.devices("cpu")[: shape[0] * shape[1]]).reshape(shape)
         return Mesh(devices, ("data", "sequence"))
 
-    def function(self, subject: tuple[str, str]) -> Any:
-        if subject not in self.functions:
-            from fuzz.sharded.torch_ranks import _resolve
+    def function(self, subject: tuple[str, str], contract: Any) -> Any:
+        if (subject, contract) not in self.functions:
+            from fuzz.engines.torch_ranks import resolve
 
-            self.functions[subject] = _resolve(subject)
-        return self.functions[subject]
+            self.functions[(subject, contract)] = resolve(subject, contract)
+        return self.functions[(subject, contract)]
 
     def callables(self, subject: tuple[str, str], engine: str, shape: tuple[int, int],
                   contract: Any) -> tuple[Any, Any]:
         """(forward, forward-and-VJP), both jitted, built once per (function, engine, mesh, contract)."""
         key = (subject, engine, shape, contract)
         if key not in self.compiled:
-            from fuzz.sharded.engines import engine_named
+            from fuzz.engines.registry import engine_named
             from impls.frameworks import load_framework
 
-            mapped = engine_named(engine).mapped(self.function(subject), self.mesh(shape), contract)
+            mapped = engine_named(engine).mapped(self.function(subject, contract), self.mesh(shape), contract)
             adapter = load_framework("jax")
             self.compiled[key] = (self.jax.jit(mapped), lambda inputs, cotangents: adapter.vjp(mapped, inputs,
                                                                                                 cotangents, contract))
@@ -85,9 +85,9 @@ class _Runner:
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
 
+        from fuzz.engines.replies import rank_reply
+        from fuzz.engines.torch_ranks import LOAD_FAILED
         from fuzz.judge.verdict import Failure, call_safely
-        from fuzz.sharded.replies import rank_reply
-        from fuzz.sharded.torch_ranks import LOAD_FAILED
         from impls.frameworks import load_framework
 
         adapter = load_framework("jax")
@@ -222,21 +222,22 @@ class JaxWorkerEngine(Engine):
         """The global function the worker jits: in the worker process, with JAX imported."""
         raise NotImplementedError
 
-    def run(self, subject_key: tuple[str, str], case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,
-            precision: Any) -> tuple[dict[str, np.ndarray] | None, Verdict]:
-        from fuzz.sharded.judge import cut_padded_gradients, judge_padded_forward, rank_failures
-        from fuzz.sharded.split import pad_cotangents, pad_for_shard_map
+    def run(self, subject: Any, case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,
+            exact: Any) -> Verdict:
+        from fuzz.engines.judge import compare_gradients, cut_padded_gradients, judge_padded_forward, rank_failures
+        from fuzz.engines.split import pad_cotangents, pad_for_shard_map
 
         padded = pad_for_shard_map(case, split)
-        job: dict[str, Any] = {"subject": subject_key, "engine": self.name, "mesh": split.mesh, "case": padded.case}
+        job: dict[str, Any] = {"subject": subject.key, "engine": self.name, "mesh": split.mesh, "case": padded.case}
         if cotangents is not None:
             job["cotangents"] = pad_cotangents(padded, cotangents)  # padded rows: 0 (their gradients are 0 anyway)
         reply = jax_worker().run(job)
         if cotangents is None:
-            return None, judge_padded_forward(case, padded, reply, precision)
+            return judge_padded_forward(case, padded, reply, subject.precision)
         verdict = rank_failures([reply], lambda rank: "the mesh")
-        if "gradients" not in reply:
-            return None, verdict
-        gradients, cut = cut_padded_gradients(case, padded, reply["gradients"])
-        verdict.merge(cut)
-        return (gradients or None), verdict
+        if "gradients" in reply:
+            gradients, cut = cut_padded_gradients(case, padded, reply["gradients"])
+            verdict.merge(cut)
+            if gradients:
+                verdict.merge(compare_gradients(case, gradients, exact, cotangents, subject.precision))
+        return verdict

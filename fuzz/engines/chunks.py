@@ -1,0 +1,115 @@
+"""A step's batch split over R data-parallel ranks and G accumulation steps: the Hypothesis strategy for the
+R x G chunks of rows, and the chunks themselves.
+
+Chunk k belongs to rank k // G and is that rank's accumulation step k % G; its rows are [cuts[k], cuts[k + 1]),
+contiguous in rank-major order. Cuts are arbitrary: chunks may be uneven, empty (no rows), or hold only fully
+masked rows (one chunk's mask cleared when the draw says so). Each chunk is padded to the step's width or, as
+trainers pad each micro-batch to its longest row, to its own: the last selected token of its rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+
+from fuzz.judge.draws import BOOLEANS, Draw, choice, integers
+from reference.case import Case
+from reference.contract import ChunkedCall
+
+SHAPES: tuple[tuple[int, int], ...] = ((1, 2), (2, 1), (2, 2), (1, 4), (4, 1))  # (ranks R, accumulation steps G)
+CUT_KINDS = ("even", "uneven", "one empty chunk")
+WIDTH_KINDS = ("the step's width", "each chunk's longest row")
+
+
+def shape_name(shape: tuple[int, int]) -> str:
+    return f"R{shape[0]}xG{shape[1]}"
+
+
+@dataclass(frozen=True)
+class ChunkSplit:
+    ranks: int
+    steps: int
+    cuts: tuple[int, ...]  # R * G + 1 row cuts
+    widths: tuple[int, ...]  # each chunk's token width
+
+    @property
+    def chunks(self) -> int:
+        return self.ranks * self.steps
+
+    def rows(self, k: int) -> slice:
+        return slice(self.cuts[k], self.cuts[k + 1])
+
+    def active(self, case: Case) -> int:
+        """How many chunks hold a selected token: where the combination has something to combine."""
+        return sum(bool(case.mask[self.rows(k), :self.widths[k]].any()) for k in range(self.chunks))
+
+    def describe(self, k: int) -> str:
+        rows = self.rows(k)
+        return (f"chunk {k} (rank {k // self.steps}, accumulation step {k % self.steps}; rows [{rows.start}, "
+                f"{rows.stop}), width {self.widths[k]})")
+
+
+def _cuts(draw: Draw, batch: int, parts: int) -> tuple[int, ...]:
+    kind = draw(choice(CUT_KINDS), "row split")
+    if kind == "uneven":
+        inner = sorted(draw(st.lists(integers(0, batch), min_size=parts - 1, max_size=parts - 1), "row cuts"))
+        return (0, *inner, batch)
+    filled = parts - (kind != "even")
+    even = [round(j * batch / filled) for j in range(filled + 1)]
+    if kind == "one empty chunk":
+        empty = draw(integers(0, parts - 1), "empty chunk")
+        even.insert(empty, even[empty])  # chunk `empty` is [c, c)
+    return tuple(even)
+
+
+def longest_row(mask: np.ndarray) -> int:
+    """The width a micro-batch is padded to: one past its rows' last selected token (0 if none)."""
+    selected = np.flatnonzero(mask.any(axis=0))
+    return int(selected[-1]) + 1 if selected.size else 0
+
+
+def draw_chunks(draw: Draw, case: Case, shape: tuple[int, int]) -> tuple[Case, ChunkSplit]:
+    """R x G chunks of the case's rows; the case comes back with one chunk's mask cleared when the draw says so."""
+    ranks, steps = shape
+    batch, tokens = case.shape
+    cuts = _cuts(draw, batch, ranks * steps)
+    if draw(BOOLEANS, "one chunk all masked"):
+        k = draw(integers(0, ranks * steps - 1), "all-masked chunk")
+        mask = case.mask.copy()
+        mask[cuts[k]:cuts[k + 1]] = False
+        case = case.with_(**{case.contract.mask.name: mask})
+    own = draw(choice(WIDTH_KINDS), "chunk width") == WIDTH_KINDS[1]
+    widths = tuple(longest_row(case.mask[cuts[k]:cuts[k + 1]]) if own else tokens for k in range(ranks * steps))
+    return case, ChunkSplit(ranks, steps, cuts, widths)
+
+
+def chunk_case(case: Case, split: ChunkSplit, k: int) -> Case:
+    """Chunk k's inputs as a Case of their own: its rows, its width (contiguous, as a data loader makes them)."""
+    rows, width = split.rows(k), split.widths[k]
+    values = {spec.name: case.values[spec.name][tuple(rows if dim == "batch" else slice(0, width) for dim in spec.dims)]
+              for spec in case.contract.inputs}
+    return case.with_(layout="contiguous", **values)
+
+
+def chunked(case: Case) -> ChunkedCall:
+    if case.contract.chunked is None:
+        raise ValueError(f"the {case.contract.name} contract is not a per-chunk function (it has no ChunkedCall)")
+    return case.contract.chunked
+
+
+def step_keywords(case: Case, split: ChunkSplit) -> dict[str, int]:
+    return chunked(case).keywords(case, split.ranks, split.steps)
+
+
+def chunk_weight(case: Case, split: ChunkSplit) -> float:
+    return chunked(case).weight(case.contract.bound, split.ranks, split.steps)
+
+
+def chunk_cases(case: Case, split: ChunkSplit) -> list[Case]:
+    return [chunk_case(case, split, k) for k in range(split.chunks)]
+
+
+def explain_combination(case: Case, split: ChunkSplit, combined: float) -> str | None:
+    explain = chunked(case).explain
+    return explain(case, chunk_cases(case, split), split.ranks, split.steps, combined) if explain else None

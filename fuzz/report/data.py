@@ -1,0 +1,36 @@
+"""What a report says, gathered once for the JSON and the HTML report: the run's facts, the versions and the
+machine, the verdict, every cell, and the figures that explain the contracts it checked."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+from collections.abc import Sequence
+from typing import Any
+
+from fuzz.report.results import CellResult
+
+
+def report_data(results: Sequence[CellResult], meta: dict[str, Any]) -> dict[str, Any]:
+    """Everything a report says: the run's facts (`meta`, the versions and the machine), the verdict and every
+    cell: what the JSON and the HTML report both carry."""
+    data = {**meta, **environment(), "ok": all(cell.ok for cell in results),
+            "cells": [cell.as_json() for cell in results]}
+    if any(cell.contract.startswith(("reduction", "accumulation")) for cell in results):
+        from fuzz.report.weights import gradient_weights_svg  # the reductions' point in one figure
+
+        data["figures"] = {"gradient weight per token against sequence length": gradient_weights_svg()}
+    return data
+
+
+def environment() -> dict[str, Any]:
+    """The versions and the machine a verdict was reached on (a framework not yet imported is not imported)."""
+    versions = {"python": platform.python_version()}
+    for name in ("numpy", "torch", "jax", "jaxlib", "triton", "hypothesis", "array-api-strict"):
+        try:  # the installed distribution's version, read without importing it
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    machine = {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count()}
+    return {"versions": versions, "machine": machine}

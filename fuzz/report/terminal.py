@@ -1,0 +1,148 @@
+"""What a run prints, every line within WIDTH columns: a progress line per cell, a summary of one line per
+implementation and contract, and every distinct bug (shrunk) with its minimal case and its snippet. The whole
+matrix is `--matrix` (fuzz/report/matrix.py) and in the JSON and HTML reports.
+
+A snippet that would not fit (large inputs: a float16 counterexample of two 4096-token rows is ~100 KB of
+literals, or lines wider than the terminal) is written to a file, and its path printed instead."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import textwrap
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from fuzz.report.results import Bug, CellResult
+from fuzz.report.texts import for_terminal, is_compile_failure, shorten
+
+WIDTH = 100
+SNIPPET_LINES = 80  # a snippet longer than this goes to a file
+COLUMNS = 54  # the summary's columns besides the implementation's, their gaps and indent included
+
+
+def fit(text: str, width: int = WIDTH) -> str:
+    """`text` cut to `width` columns, its middle elided: a long path keeps its start and its file name."""
+    if len(text) <= width:
+        return text
+    keep = width - 3
+    return text[: keep // 2] + "..." + text[len(text) - (keep - keep // 2):]
+
+
+def wrap(text: str, indent: str = "", more: str = "    ") -> list[str]:
+    """Every line of `text` wrapped to WIDTH columns (a long word, such as a path, is broken too)."""
+    lines: list[str] = []
+    for line in text.splitlines() or [""]:
+        lines += textwrap.wrap(line, WIDTH, initial_indent=indent, subsequent_indent=indent + more,
+                               break_long_words=True, break_on_hyphens=False) or [indent]
+    return [line.rstrip() for line in lines]
+
+
+def progress_line(row: str, cell: CellResult, device: str, dtype: str) -> str:
+    """One cell as it finishes: verdict, where, examples, worst err/tol and ulps, seconds."""
+    status = "ok  " if cell.ok else "FAIL"
+    tail = f"  {cell.examples} ex, {cell.worst:.3g}, {cell.worst_ulps:.3g} ulp, {cell.seconds:.1f} s"
+    where = f"{cell.subject} | {cell.contract} | {device} {dtype} | {row}"
+    return f"  {status} {fit(where, WIDTH - len(tail) - 7)}{tail}"
+
+
+@dataclass
+class _Line:
+    """One implementation and contract, over all its cells."""
+
+    implementation: str
+    contract: str
+    cells: list[CellResult] = field(default_factory=list)
+
+    @property
+    def applicable(self) -> list[CellResult]:
+        return [cell for cell in self.cells if cell.applicable]
+
+    def text(self, name_width: int) -> str:
+        cells = self.applicable
+        failing = [cell for cell in cells if not cell.ok]
+        verdict = "ok" if not failing else f"FAIL {len(failing)}"
+        conforming = [cell for cell in cells if cell.ok]
+        worst = f"{max(cell.worst for cell in conforming):.3g}" if conforming else "-"
+        ulps = f"{max(cell.worst_ulps for cell in conforming):.3g}" if conforming else "-"
+        checked = [cell.deterministic for cell in cells if cell.deterministic is not None]
+        deterministic = "-" if not checked else "yes" if all(checked) else "no ~"
+        return (f"  {fit(self.implementation, name_width):<{name_width}}  {verdict:<7} {len(cells):>5}  {worst:>7}  "
+                f"{ulps:>9}  {deterministic}")
+
+
+def summary(results: Sequence[CellResult]) -> list[str]:
+    """For each contract (its mode and parameters) a heading, then one line per implementation: verdict, cells,
+    worst err/tol and ulps of the conforming cells, determinism."""
+    lines: dict[tuple[str, str], _Line] = {}
+    for cell in results:
+        lines.setdefault((cell.contract, cell.subject), _Line(cell.subject, cell.contract)).cells.append(cell)
+    name_width = min(max([len("implementation"), *(len(line.implementation) for line in lines.values())]),
+                     WIDTH - COLUMNS)
+    header = (f"  {'implementation':<{name_width}}  {'verdict':<7} {'cells':>5}  {'err/tol':>7}  {'worst ulp':>9}  "
+              "deterministic")
+    body: list[str] = []
+    for contract in dict.fromkeys(key[0] for key in lines):
+        body += [*wrap(f"{contract}:"), *(line.text(name_width) for key, line in lines.items() if key[0] == contract)]
+    cells = [cell for cell in results if cell.applicable]
+    failing = sum(not cell.ok for cell in cells)
+    verdict = ("every cell conforms" if not failing else
+               f"{failing} of {len(cells)} cells fail, {sum(len(c.bugs) or 1 for c in cells if not c.ok)} bugs")
+    notes = [f"{len(cells)} cell{'s' * (len(cells) != 1)} checked: {verdict}.",
+             "err/tol: worst error over tolerance of the conforming cells (<= 1 conforms); worst ulp: in units in "
+             "the last place of the output dtype; deterministic: two calls on the same inputs gave the same bits "
+             "(~: not, which is no failure). The whole matrix: --matrix, --json, --html."]
+    return [header, "-" * len(header), *body, *(wrapped for note in notes for wrapped in wrap(note))]
+
+
+def _snippet_lines(bug: Bug, folder: str | None) -> list[str]:
+    """The snippet itself where it fits the terminal, else a file holding it (in `folder`, or a temporary one: a
+    check writes nothing where it runs unless asked) and its path."""
+    lines = bug.snippet.splitlines()
+    if len(lines) <= SNIPPET_LINES and all(len(line) <= WIDTH for line in lines):
+        return ["  reproduce with this snippet:", "", *lines]
+    handle, path = tempfile.mkstemp(prefix="snippet-", suffix=".py", dir=folder)
+    with os.fdopen(handle, "w") as file:
+        file.write(bug.snippet)
+    size = f"{len(lines)} lines, {len(bug.snippet) // 1024 + 1} KB"
+    return wrap(f"reproduce with the snippet written to {path} ({size}: its inputs are too large to print); run it "
+                "with python", indent="  ")
+
+
+def _traceback(bug: Bug) -> list[str]:
+    """A compiler's output fills the traceback too: its first and last lines (the JSON keeps it whole)."""
+    assert bug.traceback is not None
+    text = shorten(bug.traceback, head=12, tail=8) if any(map(is_compile_failure, bug.failures)) else bug.traceback
+    return ["  traceback:", *wrap(text, indent="    ")]
+
+
+def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> list[str]:
+    """Every distinct bug of every failing cell with its minimal case; its traceback and snippet the first time a
+    kind of bug shows in a check, a one-line reference after that (all snippets are in the JSON)."""
+    lines: list[str] = []
+    shown: set[tuple[str, str, str]] = set()
+    for cell in results:
+        where = f"{cell.subject} | {cell.contract} | {cell.device} {cell.dtype} | {cell.check}"
+        for problem in cell.problems:
+            lines += ["", *wrap(f"=== FAIL {where}: {for_terminal(problem)}")]
+        for number, bug in enumerate(cell.bugs, 1):
+            title = f"{where}: {bug.kind}" + (f" (bug {number} of {len(cell.bugs)})" if len(cell.bugs) > 1 else "")
+            key = (cell.contract, bug.kind, cell.check)
+            if key in shown:
+                first = "; ".join(for_terminal(failure).split("\n", 1)[0] for failure in bug.failures)
+                lines += ["", *wrap(f"=== FAIL {title}: {first} (its snippet is in the JSON report)")]
+                continue
+            shown.add(key)
+            story = ", ".join(f"{label}={value!r}" for label, value in bug.story if label != "seed")
+            lines += ["", *wrap(f"=== FAIL {title} ===")]
+            lines += [line for failure in bug.failures for line in wrap(f"- {for_terminal(failure)}", indent="  ")]
+            if story:
+                lines += wrap(f"minimal case: {story}", indent="  ")
+            if bug.traceback:
+                lines += _traceback(bug)
+            lines += _snippet_lines(bug, snippet_folder)
+    return lines
+
+
+def joined(lines: Iterable[str]) -> str:
+    return "\n".join(lines)

@@ -1,0 +1,72 @@
+"""What the terminal shows: every line of the campaign and of `check` within 100 columns, by default; a failing
+check's snippet printed whole where it fits, and written to a file (its path printed) where its inputs are large."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from fuzz.report.results import Bug, CellResult
+from fuzz.report.terminal import WIDTH, bugs, summary
+from reference.case import Case
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fuzz", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def _too_wide(text: str) -> list[str]:
+    return [line for line in text.splitlines() if len(line) > WIDTH]
+
+
+def test_a_failing_check_fits_100_columns_and_prints_its_snippet():
+    target = "tests/corpus/reductions/numpy_nan_on_all_masked_batch.py:loss_normalization"
+    result = _run("check", target, "--framework", "numpy", "--reduction", "token-mean", "--dtypes", "float32")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert _too_wide(result.stdout) == [] and _too_wide(result.stderr) == []
+    assert "reproduce with this snippet:" in result.stdout and "def " not in result.stderr
+    snippet = result.stdout.split("reproduce with this snippet:", 1)[1]
+    compile(snippet.split("\n=== ", 1)[0], "snippet", "exec")  # printed whole: it parses
+
+
+def test_the_campaign_fits_100_columns():
+    result = _run("--implementations", "numpy,torch-eager", "--dtypes", "bfloat16", "--max-examples", "2",
+                  "--no-gradients")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _too_wide(result.stdout) == [] and _too_wide(result.stderr) == []
+    headings = re.findall(r"^(magnitude|reduction|accumulation)\b.*:$", result.stdout, re.MULTILINE)
+    assert set(headings) == {"magnitude", "reduction", "accumulation"}, result.stdout
+
+
+def _cell(snippet: str, subject: str = "x" * 150) -> CellResult:
+    case = Case(np.zeros((1, 1)), np.zeros(1), np.ones((1, 1), bool), dtype="float32",
+                story=(("batch", 1), ("note", "z" * 200)))
+    bug = Bug("out of tolerance", ["y" * 300], case, snippet)
+    cell = CellResult(subject, "cpu", "float32", "forward", bugs=[bug])
+    cell.contract = "reduction (" + "w" * 150 + ")"
+    return cell
+
+
+def test_long_names_and_messages_are_wrapped_or_elided():
+    cell = _cell("print('fits')\n")
+    lines = summary([cell]) + bugs([cell])
+    assert [line for line in lines if len(line) > WIDTH] == []
+    assert "print('fits')" in lines  # a snippet that fits is printed whole
+
+
+def test_a_snippet_of_large_inputs_goes_to_a_file(tmp_path):
+    snippet = "x = [" + ", ".join(["0.1"] * 40000) + "]\nassert False\n"
+    lines = bugs([_cell(snippet)], snippet_folder=str(tmp_path))
+    assert [line for line in lines if len(line) > WIDTH] == []
+    assert sum(map(len, lines)) < 5000
+    written = list(tmp_path.glob("snippet-*.py"))
+    assert len(written) == 1 and written[0].read_text() == snippet
+    assert any(str(written[0])[:40] in line for line in lines)
+    assert any(line.startswith("  minimal case:") for line in lines) and any("- y" in line for line in lines)
