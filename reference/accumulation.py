@@ -156,7 +156,7 @@ CONTRACT: Contract = replace(
     parameter_menu=CAMPAIGN_PARAMETERS,
     parameter_label=_label,
     explain=None,  # a wrong combination is named by CONTRACT_CHUNKED.explain, over the chunks
-    examples=(),
+    examples=reduction.EXAMPLES,  # a step of one chunk (R = G = 1) is the full batch
     chunked=CONTRACT_CHUNKED,
     keywords=("num_tokens", "num_sequences", "dp_size", "accumulation_steps"),
 )

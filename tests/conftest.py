@@ -49,6 +49,23 @@ def implementation_devices() -> list:
     return params
 
 
+def in_process_builtins() -> list[tuple[str, str]]:
+    """(contract, built-in) for every built-in a library user calls as a plain function: the single-process
+    ones, and the per-chunk ones the in-process accumulation engine calls (a rank form needs its ranks)."""
+    from impls.registry import builtin_names
+    from reference.contracts import CONTRACT_NAMES
+
+    found = [(contract, name) for contract in CONTRACT_NAMES for name in builtin_names(contract)]
+    for contract in CONTRACT_NAMES:
+        for name in builtin_names(contract, sharded=True):
+            try:
+                if impls.get_implementation(name, contract).engines == ("accumulation",):
+                    found.append((contract, name))
+            except RuntimeError:
+                continue
+    return found
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Start the tests marked `long` first. With `--maxschedchunk 1` (the Makefile's), `--dist load` hands each
     worker two tests and then one more whenever it is down to one, so the long tests spread over the workers

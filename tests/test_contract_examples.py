@@ -1,0 +1,63 @@
+"""Every built-in of every contract gives its contract's worked examples (the RLHF book's example for the
+reductions: 2.35, 2.2, 1.65, 16.5, 33), in every dtype it has, on every device, within the strict tolerance of
+the exact value; and the exact reference gives the examples' numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from impls import get_implementation
+from reference.case import Case
+from reference.contracts import CONTRACT_NAMES, get_contract
+from reference.exact import exact_results
+from reference.tolerance import STRICT
+from tests.conftest import in_process_builtins
+
+CELLS = in_process_builtins()
+
+
+def _case(contract, example, dtype: str, device: str) -> Case:
+    bound = contract.bind(**example.parameters)
+    values = {spec.name: np.array(example.inputs[spec.name], dtype=bool if spec.kind == "bool" else float)
+              for spec in bound.inputs}
+    return Case(contract=bound, dtype=dtype, device=device, **values)
+
+
+@pytest.mark.parametrize("contract_name", CONTRACT_NAMES)
+def test_the_exact_reference_gives_the_examples(contract_name):
+    contract = get_contract(contract_name)
+    assert contract.examples, f"the {contract_name} contract has no worked example"
+    for example in contract.examples:
+        exact = exact_results(_case(contract, example, "float64", "cpu")).outputs()
+        for name, value in example.outputs.items():
+            assert np.allclose(exact[name], value, rtol=1e-15, atol=0), (example.name, name, exact[name], value)
+
+
+@pytest.mark.parametrize(("contract_name", "name"), CELLS)
+def test_a_builtin_gives_its_contracts_examples(contract_name, name):
+    contract = get_contract(contract_name)
+    try:
+        impl = get_implementation(name, contract_name)
+    except RuntimeError as error:
+        pytest.skip(str(error))
+    checked = 0
+    for device in impl.devices:
+        if device not in impl.adapter.devices():
+            continue
+        for dtype in impl.dtypes:
+            for example in contract.examples:
+                case = _case(contract, example, dtype, device)
+                keywords = case.contract.chunked.keywords(case, 1, 1) if case.contract.chunked else {}
+                with impl.scope(case):
+                    result = impl.function_for(case.contract)(*impl.adapter.materialize(case), **keywords)
+                named = case.contract.outputs_of(result)
+                assert named is not None, f"{example.name}: returned {type(result).__name__}"
+                tolerance = case.contract.tolerance(exact_results(case), dtype, STRICT)
+                for output, want in example.outputs.items():
+                    got = impl.adapter.to_float64(named[output])
+                    assert impl.adapter.dtype_of(named[output]) in case.contract.output_dtypes(dtype)
+                    assert np.all(np.abs(got - np.asarray(want, dtype=float)) <= tolerance[output]), (
+                        f"{name} {device} {dtype} {example.name}: {output} = {got.tolist()}, expected {want!r}")
+                checked += 1
+    assert checked
