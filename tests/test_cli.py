@@ -318,3 +318,17 @@ def test_a_sharded_check_of_a_framework_that_is_missing_exits_2(tmp_path):
                             env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "PATH": "/usr/bin:/bin"})
     assert result.returncode == 2, result.stdout + result.stderr
     assert "framework torch is unavailable here" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_compiled_code_is_cached_in_the_users_cache_folder_not_the_working_directory(tmp_path):
+    """XLA's persistent cache (and inductor's) go to $XDG_CACHE_HOME/lossnorm-difftest: a second run reuses
+    them; the directory the command runs in gets nothing."""
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    work.mkdir()
+    result = subprocess.run([sys.executable, "-m", "fuzz", "check", "impls.jax_jit_reduction:loss_reduction",
+                             "--framework", "jax", "--reduction", "token-mean", "--dtypes", "float32",
+                             "--max-examples", "3"], cwd=work, capture_output=True, text=True, timeout=600,
+                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(cache)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert list((cache / "lossnorm-difftest" / "jax").iterdir()), "nothing compiled was cached"
+    assert list(work.iterdir()) == []

@@ -121,7 +121,8 @@ class Framework:
     @classmethod
     def prepare_process(cls, environ: dict[str, str]) -> None:
         """Settings a process needs before the framework is first imported (they are read once, at import),
-        set in `environ` where the user has not set them; nothing by default."""
+        set in `environ` where the user has not set them; nothing by default. The suite's commands call it;
+        a library user's process is left as it is."""
 
     def devices(self) -> list[str]:
         return ["cpu"]
@@ -192,3 +193,12 @@ class Framework:
     def compile_counter(self, function: Callable) -> Callable[[], int]:
         """How many graphs `function` has compiled so far; 0 for code that never compiles."""
         return lambda: 0
+
+
+def cache_folder(name: str, environ: dict[str, str]) -> str:
+    """A folder of the user's for what the suite's commands compile (never the working directory): the XDG
+    cache, so that a second run reuses the first run's compiled code."""
+    import os
+
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "lossnorm-difftest", name)

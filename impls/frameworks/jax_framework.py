@@ -26,6 +26,7 @@ from impls.frameworks.base import (
     Framework,
     Inputs,
     SnippetSyntax,
+    cache_folder,
     named_outputs,
     numpy_dtype_expression,
     snippet_outputs,
@@ -77,6 +78,11 @@ class JaxFramework(Framework):
         flags = environ.get("XLA_FLAGS", "")
         if HOST_DEVICE_FLAG not in flags:  # a count the user chose stays
             environ["XLA_FLAGS"] = f"{flags} {HOST_DEVICE_FLAG}={HOST_DEVICES}".strip()
+        # XLA's persistent compilation cache, every program however quick to compile: the campaign compiles
+        # hundreds of small ones, each worth keeping for the next run (JAX reads these when it starts)
+        environ.setdefault("JAX_COMPILATION_CACHE_DIR", cache_folder("jax", environ))
+        environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
     def _device(self, name: str) -> Any:
         if name.startswith("cpu"):

@@ -24,6 +24,7 @@ from impls.frameworks.base import (
     Inputs,
     InputSnapshot,
     SnippetSyntax,
+    cache_folder,
     named_outputs,
     snippet_outputs,
 )
@@ -102,6 +103,12 @@ class TorchFramework(Framework):
         with config.patch(fail_on_recompile_limit_hit=True,
                           recompile_limit=max(config.recompile_limit, RECOMPILE_LIMIT)):
             yield
+
+    @classmethod
+    def prepare_process(cls, environ: dict[str, str]) -> None:
+        # inductor's caches (FX graphs, kernels, compiled autograd) in the user's cache folder, not /tmp: a
+        # second run, or the next day's, reuses the compiled code
+        environ.setdefault("TORCHINDUCTOR_CACHE_DIR", cache_folder("inductor", environ))
 
     @classmethod
     def snippet_syntax(cls, case: Case) -> SnippetSyntax:
