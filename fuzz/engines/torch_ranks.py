@@ -146,7 +146,10 @@ def _rank_main(rank: int, world: int, port: int, device: str, connection: Any) -
             reply = runner(job, groups, rank)
         except Exception as error:  # the harness's own failure on this rank
             reply = {"internal": f"{type(error).__name__}: {error}\n{traceback.format_exc()}"}
-        connection.send(reply)
+        try:
+            connection.send(reply)
+        except (BrokenPipeError, OSError):  # the parent stopped waiting (--fail-fast, a closed pool): quietly end
+            break
     with contextlib.suppress(Exception):
         dist.destroy_process_group()
 

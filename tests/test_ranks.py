@@ -1,0 +1,52 @@
+"""`check --accumulation --ranks`: a per-chunk loss on real torch.distributed ranks under DDP. A rank that
+raises, dies or hangs fails its cell with a message saying so, within the rank timeout, as the sharded check's
+ranks do; the suite itself never hangs or crashes."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+import pytest
+
+from fuzz.engines.cell import run_sharded_cell
+from fuzz.engines.plan import plan_sharded_cells
+from fuzz.engines.torch_ranks import TIMEOUT_VARIABLE
+from fuzz.run.subjects import SubjectSpec, declared_contract
+
+
+def _rank_bug(tmp_path, body: str) -> str:
+    path = tmp_path / "rank_bug.py"
+    path.write_text(textwrap.dedent("""
+        import os
+        import time
+
+        import torch.distributed as dist
+
+        from impls.torch_eager_accumulation import chunk_loss_on_ranks
+
+
+        def chunk_loss(token_losses, token_mask, *, step_masks, group, accumulation_steps):
+            if dist.get_rank() == 1:
+        {body}
+            return chunk_loss_on_ranks(token_losses, token_mask, step_masks=step_masks, group=group,
+                                       accumulation_steps=accumulation_steps)
+        """).format(body=textwrap.indent(body, " " * 8)))
+    return f"{path}:chunk_loss"
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("raise ValueError('rank 1 is broken')", "ValueError: rank 1 is broken"),
+    ("os._exit(7)", "died during an example (exit code 7"),
+    ("time.sleep(3600)", "did not answer within 20 s during an example: it hangs"),
+], ids=["raises", "exits", "hangs"])
+def test_a_rank_that_fails_fails_its_cell_with_a_clear_message(tmp_path, monkeypatch, body, message):
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "20")
+    contract, parameters = declared_contract("token-mean", accumulation=True)
+    spec = SubjectSpec.of(_rank_bug(tmp_path, body), "torch", contract=contract, parameters=parameters)
+    started = time.perf_counter()
+    tasks = plan_sharded_cells(spec, "ddp", ["float32"], ["cpu"], 5, 0, False, 1)
+    cell = run_sharded_cell(next(task for task in tasks if task.mesh == (2, 1)))
+    assert not cell.ok
+    assert any(message in failure for failure in cell.failures), cell.failures
+    assert time.perf_counter() - started < 90  # ranks start in seconds; one timeout of 5 s, not one per shrink
