@@ -111,11 +111,14 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
     if bound["mode"] == reduction.TOKEN_MEAN and clamped != tokens and clamped:
         candidates.append((exact * tokens / clamped, f"= N / (N + {clamped - tokens} empty rows): a per-row "
                                                      "clamp(min=1) in the count?"))
-    for value, text in candidates:
-        if abs(combined - value) <= 2 * tol + 1e-6 * abs(value) and abs(value - exact) > 2 * tol:
-            ratio = f"{combined / exact:.4g}x" if exact else f"{combined:.6g} (exactly 0 expected)"
-            return f"the combined loss is {ratio} the full-batch loss with R = {ranks}, G = {steps}: {text}"
-    return None
+    # every cause that fits, the likelier first: on an even split of equal rows a chunk's own mean and a
+    # factor of R give the same value, and the report cannot tell them apart
+    causes = [text for value, text in candidates
+              if abs(combined - value) <= 2 * tol + 1e-6 * abs(value) and abs(value - exact) > 2 * tol]
+    if not causes:
+        return None
+    ratio = f"{combined / exact:.4g}x" if exact else f"{combined:.6g} (exactly 0 expected)"
+    return f"the combined loss is {ratio} the full-batch loss with R = {ranks}, G = {steps}: " + "; or ".join(causes)
 
 
 CONTRACT_CHUNKED = ChunkedCall(step_keywords, ranks_averaged, step_scale, explain_combination)

@@ -11,6 +11,7 @@ CONTRACT = "accumulation"
 REDUCTION = "token-mean"
 DP_REDUCE = "mean"
 RANKS = True
+EXPLAINS = "is dp_size applied where the ranks' gradients are summed"
 import torch
 import torch.distributed as dist
 
