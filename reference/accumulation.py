@@ -46,8 +46,11 @@ COMBINATION_BACKWARD_ROUNDINGS = 3
 
 def tolerance(expected: reduction.Exact, dtype: str, precision: Precision = CONTRACT) -> dict[str, np.ndarray]:
     """The full-batch loss's bound with the combination's roundings: each chunk's row errors, batch sum (over at
-    most B rows) and final roundings add up over the chunks to the full batch's (docs/tolerance.md)."""
-    return reduction.tolerance(expected, dtype, precision, extra=COMBINATION_ROUNDINGS)
+    most B rows) and final roundings add up over the chunks to the full batch's (docs/tolerance.md). Each chunk
+    that holds a selected token underflows on its own: at most one per non-empty row (an empty chunk is exactly
+    0), whatever the split."""
+    return reduction.tolerance(expected, dtype, precision, extra=COMBINATION_ROUNDINGS,
+                               underflows=max(1, expected.nonempty))
 
 
 def gradient_tolerance(gradients: reduction.Gradients, cotangents: dict[str, np.ndarray], dtype: str,

@@ -214,13 +214,16 @@ def strict_output_dtype(dtype: str) -> str:
     return accumulation_dtype(dtype)
 
 
-def tolerance(expected: Exact, dtype: str, precision: Precision = CONTRACT, extra: int = 0) -> dict[str, np.ndarray]:
+def tolerance(expected: Exact, dtype: str, precision: Precision = CONTRACT, extra: int = 0,
+              underflows: int = 1) -> dict[str, np.ndarray]:
     """|L' - L| bound for an implementation running on `dtype` inputs (docs/tolerance.md, "The loss reductions").
 
     Each row's sum of n_i terms (any order, at least float32) errs by gamma(n_i + 1, u_acc) M_i; the rows enter
     with factor r_i (1, or 1/n_i per sequence), their sum over the batch adds gamma(B, u_acc) of its magnitude,
     and the elementwise roundings in the input dtype (contract) scale what they round; the final division by Q
-    divides all of it. `extra`: more roundings after the batch sum (reference/accumulation.py's combination)."""
+    divides all of it. `extra`: more roundings after the batch sum, and `underflows`: how many separate
+    computations each add their own absolute underflow error (reference/accumulation.py's combination of
+    chunks)."""
     denominator = _denominator(expected)
     if denominator == 0:
         return {LOSS: np.array(0.0)}  # a zero denominator gives exactly 0
@@ -234,14 +237,15 @@ def tolerance(expected: Exact, dtype: str, precision: Precision = CONTRACT, extr
         rows = float(np.sum(scale * (summation + gamma(1, u_acc) * magnitudes)))
         before = rows + gamma(expected.batch, u_acc) * (weighted + rows)
         tol = (before + gamma(STRICT_STEPS + extra, u_acc) * (weighted + before)) / denominator
-        tol = SAFETY * (tol + unit_roundoff(out) * loss + smallest_subnormal(out))
+        tol = SAFETY * (tol + unit_roundoff(out) * loss + underflows * smallest_subnormal(out))
     else:
         counts_of, eta = ROUNDINGS[expected.mode], smallest_subnormal(dtype)
         final = counts_of.final + extra
         rows = float(np.sum(scale * (summation + gamma(counts_of.row, u_in) * (magnitudes + summation))))
         before = rows + gamma(expected.batch, u_acc) * (weighted + rows)
         tol = ((before + gamma(final, u_in) * (weighted + before)) / denominator
-               + (counts_of.row + final) * eta + 4 * REFERENCE_VECTOR_ERROR * (weighted / denominator + loss))
+               + underflows * (counts_of.row + final) * eta
+               + 4 * REFERENCE_VECTOR_ERROR * (weighted / denominator + loss))
     return {LOSS: np.array(float(tol))}
 
 
@@ -526,11 +530,13 @@ def _label(bound: dict[str, object]) -> str:
     return f"{mode}, rows={bound['rows']}" if mode in ROW_MODES else mode
 
 
-def _positive_or_none(value: object) -> object:
+def _length_or_none(value: object) -> object:
+    """L_max is a length in tokens: at least 1 (so |w_i| <= 1 and the loss never exceeds its inputs' range,
+    which the tolerance model assumes), finite."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"l_max must be a positive number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
+        raise ValueError(f"l_max must be a length of at least 1 (tokens), got {value!r}")
     return value
 
 
@@ -549,7 +555,7 @@ PARAMETERS = (
     Parameter("mode", MODES, TOKEN_MEAN, "the reduction: " + ", ".join(MODES), MODE_ALIASES),
     Parameter("rows", ROWS, "all", "what D counts: every row (the book's 1/B) or only rows with a selected token"),
     Parameter("l_max", None, None, "L_max of seq-mean-token-sum-norm (fixed-length), a positive constant",
-              check=_positive_or_none),
+              check=_length_or_none),
 )
 
 # The campaign fuzzes the built-ins in every mode and convention, one drawn per example.
