@@ -1,4 +1,5 @@
-"""Differential fuzzing of sequence-summed vs token-averaged normalization against an exact float64 reference.
+"""Differential fuzzing of RL-for-LLM loss normalization against an exact float64 reference: the magnitude
+diagnostic, the loss reductions, and their per-chunk form over micro-batches and ranks (docs/contracts.md).
 
 The public API (fuzz/api.py; importing it imports no framework):
     check(fn, framework=..., ...) -> Report    fuzz a function, as `lossnorm-fuzz check` does

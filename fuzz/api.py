@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from fuzz.engines.registry import RANKS_ENGINES
 from fuzz.loader import import_lines_for, load_target
 from fuzz.report.matrix import render_matrix
 from fuzz.report.results import CellResult
@@ -28,8 +29,15 @@ from fuzz.report.terminal import bugs, joined, summary
 from fuzz.report.texts import for_terminal
 from fuzz.run.calls import DEFAULT_TIMEOUT, ThreadWatcher
 from fuzz.run.cell import fuzz_task
-from fuzz.run.plan import plan_cells
-from fuzz.run.subjects import FRAMEWORK_CHOICES, MASKED_VALUES, SubjectSpec, declared_contract, function_subject
+from fuzz.run.plan import default_gradient_examples, plan_cells
+from fuzz.run.subjects import (
+    FRAMEWORK_CHOICES,
+    MASKED_VALUES,
+    SubjectSpec,
+    available_adapter,
+    declared_contract,
+    function_subject,
+)
 from impls.frameworks import check_modes, load_framework
 from reference.case import Case
 from reference.dtypes import DTYPE_NAMES
@@ -126,7 +134,7 @@ def check(
     process; N runs the cells in N worker processes (the function must then be importable by its module and
     name; a crash or hang there fails its cell instead of this process).
 
-    The contract (each one's signature: `python -m fuzz check --help`, README's contracts): by default the
+    The contract (each one's signature: `python -m fuzz check --help`, docs/contracts.md): by default the
     magnitude diagnostic; with `reduction` (a mode: "token-mean", "seq-mean-token-mean",
     "seq-mean-token-sum-norm", "seq-mean-token-sum", "token-sum", or an alias such as "grpo", "dr_grpo",
     "per-sequence"), the loss reduction, with `rows` ("all" or "nonempty": what D counts) and `l_max`
@@ -134,9 +142,10 @@ def check(
     holds under that assumption. With `accumulation`, `fn` is the per-chunk loss of the reduction over a step
     split into micro-batches and ranks, called with the step's global counts as keywords (`dp_reduce` "mean" or
     "sum", `backward_scale` "1" or "1/G"), on every chunk in this process; with `ranks` too, its rank form on
-    torch.distributed ranks under DDP, computing the counts itself (then `fn` must be importable by its module
-    and name). `max_examples` defaults to 40 per cell, 20 with `accumulation` (five splits per dtype), 10 with
-    `ranks`.
+    torch.distributed ranks under DDP (framework "torch"), or under jax.shard_map over host CPU devices with a
+    lax.scan over each device's micro-batches (framework "jax"), computing the counts itself (then `fn` must be
+    importable by its module and name). `max_examples` defaults to 40 per cell, 20 with `accumulation` (five
+    splits per dtype), 10 with `ranks`.
 
     Raises ValueError for bad arguments and fuzz.loader.LoadError when the function or the framework cannot be
     loaded."""
@@ -162,9 +171,9 @@ def check(
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     if masked_values not in MASKED_VALUES:
         raise ValueError(f"masked_values must be one of {MASKED_VALUES}, got {masked_values!r}")
-    if ranks and (not accumulation or framework != "torch"):
-        raise ValueError("ranks=True runs a per-chunk loss on torch.distributed ranks: it needs accumulation=True "
-                         "and framework='torch'")
+    if ranks and (not accumulation or framework not in RANKS_ENGINES):
+        raise ValueError("ranks=True runs a per-chunk loss on data-parallel ranks (torch.distributed under DDP, or "
+                         "jax.shard_map): it needs accumulation=True and framework='torch' or 'jax'")
     contract, parameters = declared_contract(reduction, rows, l_max, accumulation, dp_reduce, backward_scale)
     spec = (fn if isinstance(fn, str) else _spec_of(fn)) if workers or ranks else None
     if isinstance(fn, str):
@@ -175,23 +184,28 @@ def check(
         function, import_lines, function_name = fn, import_lines_for(fn), getattr(fn, "__name__", "function")
     subject_spec = SubjectSpec.of(name, framework, contract=contract, parameters=parameters, precision=precision,
                                   masked_values=masked_values)
-    subject = function_subject(name, function, framework, import_lines, function_name, subject_spec)
-    if gradients and not subject.has_gradients:
+    # a rank form runs on its engine's ranks, which load it by name: nothing to wrap here (jax.jit would want the
+    # in-process keywords static)
+    subject = None if ranks else function_subject(name, function, framework, import_lines, function_name,
+                                                  subject_spec)
+    adapter = available_adapter(check_modes()[framework][0]) if subject is None else subject.adapter
+    if gradients and not (adapter.differentiable if subject is None else subject.has_gradients):
         raise ValueError(f"gradients=True needs autograd, and {framework} has none")
-    gradient_examples = gradient_examples if gradient_examples is not None else max(1, max_examples // 2)
+    if gradient_examples is None:
+        gradient_examples = default_gradient_examples(max_examples, split=accumulation)
     if accumulation:
         from fuzz.engines.plan import plan_sharded_cells
 
-        engine = "ddp" if ranks else "accumulation"
+        engine = RANKS_ENGINES[framework] if ranks else "accumulation"
         named = replace(subject_spec, name=spec) if spec is not None else subject_spec
         tasks = plan_sharded_cells(named, engine, list(dtypes), devices, max_examples, seed, gradients,
                                    gradient_examples)
     else:
-        tasks = plan_cells([(subject_spec, subject.adapter.devices())], list(dtypes), devices, max_examples, seed,
+        tasks = plan_cells([(subject_spec, adapter.devices())], list(dtypes), devices, max_examples, seed,
                            gradients, gradient_examples)
     if not tasks:
         raise ValueError(f"none of the devices {list(devices or [])} exists for {framework} here "
-                         f"(its devices here: {subject.adapter.devices()})")
+                         f"(its devices here: {adapter.devices()})")
     if spec is not None and workers:
         from fuzz.run.workers import run_cells
 

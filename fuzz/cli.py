@@ -10,10 +10,11 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from fuzz.engines.jax_accumulation import rank_signature as jax_rank_signature
 from fuzz.engines.plan import DEFAULT_EXAMPLES as SHARDED_EXAMPLES
 from fuzz.engines.plan import plan_sharded_cells
 from fuzz.engines.registry import CHOICES as SHARDED_CHOICES
-from fuzz.engines.registry import engine_named
+from fuzz.engines.registry import RANKS_ENGINES, engine_named
 from fuzz.engines.torch_ddp import rank_signature
 from fuzz.loader import LoadError, load_target
 from fuzz.report.data import report_data
@@ -23,7 +24,7 @@ from fuzz.report.matrix import render_matrix
 from fuzz.report.results import CellResult
 from fuzz.report.terminal import bugs, joined, summary, wrap
 from fuzz.run.calls import DEFAULT_TIMEOUT
-from fuzz.run.plan import CellTask, plan_cells
+from fuzz.run.plan import CellTask, default_gradient_examples, plan_cells
 from fuzz.run.subjects import (
     FRAMEWORK_CHOICES,
     MASKED_VALUES,
@@ -114,7 +115,8 @@ def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> N
                         help="print the whole conformance matrix (every dtype and layout, wide), not only the "
                         "summary of one line per implementation and contract")
     parser.add_argument("--gradient-examples", type=_positive_int, default=None,
-                        help="examples per gradient cell (default: half of --max-examples)")
+                        help="examples per gradient cell (default: half of --max-examples; as many for a split: "
+                        "--sharded, --accumulation)")
     parser.add_argument("--jobs", type=_positive_int, default=jobs,
                         help=f"worker processes, one cell each at a time (default: min(2, cores) = {jobs})")
     parser.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
@@ -154,7 +156,7 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
                       help="the framework the function takes; torch-compile and jax run it compiled: "
                       "torch.compile(f, fullgraph=True, dynamic=True) / jax.jit(f)")
     runs.add_argument("--sharded", choices=SHARDED_CHOICES,
-                      help="TARGET is a per-rank function (README, 'Sharded'): run it on torch.distributed "
+                      help="TARGET is a per-rank function (docs/sharded.md): run it on torch.distributed "
                       "ranks (gloo; NCCL on CUDA) or under jax.shard_map, on every mesh (instead of --framework)")
     _common_options(parser, default_examples=DEFAULT_EXAMPLES)
     parser.set_defaults(max_examples=None)  # None: DEFAULT_EXAMPLES, or --sharded's own default
@@ -169,7 +171,7 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
     magnitude, reduction, accumulation = (get_contract(name) for name in CONTRACT_NAMES)
     declared = parser.add_argument_group(
         "the contract", f"what TARGET computes: by default the {magnitude.title}, {magnitude.signature}; with "
-        f"--reduction, {reduction.title}, {reduction.signature} (README, 'The loss reductions')")
+        f"--reduction, {reduction.title}, {reduction.signature} (docs/contracts.md)")
     declared.add_argument("--reduction", metavar="MODE",
                           help="the mode TARGET implements: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm, "
                           "seq-mean-token-sum, token-sum (or per-token, per-sequence, fixed-length; TRL's grpo, "
@@ -182,11 +184,12 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
     declared.add_argument("--accumulation", action="store_true",
                           help="TARGET is the per-chunk loss of a step split over ranks and micro-batches, "
                           f"{accumulation.signature}: the combination of its chunks must equal the full-batch "
-                          "--reduction (README, 'Micro-batches and ranks')")
+                          "--reduction (docs/contracts.md)")
     declared.add_argument("--ranks", action="store_true",
-                          help="with --accumulation: on real torch.distributed ranks (gloo) under DDP, TARGET "
-                          f"{rank_signature(accumulation)} computing the step's normalizers itself with "
-                          "collectives")
+                          help="with --accumulation: on data-parallel ranks, TARGET computing the step's "
+                          "normalizers itself with collectives: --framework torch, real torch.distributed ranks "
+                          f"(gloo) under DDP, {rank_signature(accumulation)}; --framework jax, jax.shard_map over "
+                          f"host CPU devices, {jax_rank_signature(accumulation)}")
     declared.add_argument("--dp-reduce", choices=("mean", "sum"),
                           help="with --accumulation: the ranks' gradients are averaged (default: DDP, FSDP) or summed")
     declared.add_argument("--backward-scale", choices=("1", "1/G"),
@@ -233,13 +236,13 @@ def check_parser() -> argparse.ArgumentParser:
 def _gradient_examples(args: argparse.Namespace) -> int:
     if args.max_examples is None:
         args.max_examples = DEFAULT_EXAMPLES
-    return args.gradient_examples if args.gradient_examples is not None else max(1, args.max_examples // 2)
+    return args.gradient_examples if args.gradient_examples is not None else default_gradient_examples(
+        args.max_examples, split=False)
 
 
 def _split_gradient_examples(args: argparse.Namespace) -> int:
-    """An engine's gradient cells default to as many examples as its forward cells: a split's gradient bugs need a
-    nonzero cotangent crossing several ranks, which half the budget draws too rarely."""
-    return args.gradient_examples if args.gradient_examples is not None else args.max_examples
+    return args.gradient_examples if args.gradient_examples is not None else default_gradient_examples(
+        args.max_examples, split=True)
 
 
 def _finish(results: list[CellResult], args: argparse.Namespace, notes: dict[str, str], meta: dict) -> int:
@@ -359,7 +362,7 @@ def check_tasks(args: argparse.Namespace) -> list[CellTask]:
     """The cells of one `check`: every device of the framework (or --devices), every dtype asked for; with
     --sharded, every mesh of the engine too. Raises LoadError when the target does not load."""
     if args.accumulation:  # the per-chunk loss, on every (R, G) split of the step: in this process, or on ranks
-        engine = engine_named("ddp" if args.ranks else "accumulation")
+        engine = engine_named(RANKS_ENGINES[args.framework] if args.ranks else "accumulation")
         if args.max_examples is None:
             args.max_examples = RANKS_EXAMPLES if args.ranks else ACCUMULATION_EXAMPLES
         if args.ranks:
@@ -404,9 +407,9 @@ def check(args: argparse.Namespace) -> int:
     except ValueError as error:  # a declared parameter that is wrong, or one that needs another (--l-max)
         print(f"error: {error}", file=sys.stderr)
         return USAGE_ERROR
-    if args.ranks and (not args.accumulation or args.framework != "torch"):
-        print("error: --ranks runs a per-chunk loss on torch.distributed ranks: it needs --accumulation and "
-              "--framework torch", file=sys.stderr)
+    if args.ranks and (not args.accumulation or args.framework not in RANKS_ENGINES):
+        print("error: --ranks runs a per-chunk loss on data-parallel ranks (torch.distributed under DDP, or "
+              "jax.shard_map): it needs --accumulation and --framework torch or jax", file=sys.stderr)
         return USAGE_ERROR
     try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
         if not args.sharded and not args.ranks:

@@ -18,7 +18,10 @@ from reference.case import Case
 
 # engine name -> the module defining ENGINE
 MODULES = {"torch": "fuzz.engines.torch_ranks", "jax": "fuzz.engines.jax_mesh", "jax-plain": "fuzz.engines.jax_plain",
-           "accumulation": "fuzz.engines.accumulation", "ddp": "fuzz.engines.torch_ddp"}
+           "accumulation": "fuzz.engines.accumulation", "ddp": "fuzz.engines.torch_ddp",
+           "jax-accumulation": "fuzz.engines.jax_accumulation"}
+# `check --accumulation --ranks`: the rank engine of each framework (torch DDP, or JAX shard_map)
+RANKS_ENGINES = {"torch": "ddp", "jax": "jax-accumulation"}
 CHOICES = ("torch", "jax")  # `check --sharded`: the engines that run a user's per-rank function
 
 

@@ -412,3 +412,122 @@ def ddp_snippet(subject: Any, case: Case, split: Any, cotangents: dict[str, np.n
                   "    print(f'averaged gradient {grad.tolist()}, expected {EXPECTED_GRAD.tolist()}')",
                   "    assert (np.abs(grad - EXPECTED_GRAD) <= GRAD_TOLERANCE).all(), 'the averaged gradient is wrong'"]
     return "\n".join(lines) + "\n"
+
+
+def jax_accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[str, np.ndarray] | None,
+                             failures: list[str]) -> str:
+    """A script that runs the step under jax.shard_map over R host CPU devices, a lax.scan over each device's G
+    micro-batches, as the JAX rank engine does (fuzz/engines/jax_accumulation.py), and asserts the combined loss
+    (or the combined gradient)."""
+    from fuzz.engines.chunks import chunk_weight
+
+    contract, expected = case.contract, exact_results(case)
+    weight, output = chunk_weight(case, split), contract.outputs[0].name
+    values_name = contract.differentiable_inputs[0].name
+    tol = contract.tolerance(expected, case.dtype, subject.precision)
+    averaged = contract.chunked.ranks_averaged(contract.bound)
+    scale = weight * (split.ranks if averaged else 1.0)
+    builtin = bool(subject.key) and subject.key[0] == "builtin"
+    parameters = dict(contract.bound) if builtin else {}  # a built-in's declared parameters, as the engine binds them
+    empty = [k for k in range(split.chunks) if not case.mask[split.rows(k)].any()]
+    lines = [
+        f"# Counterexample found by `python -m fuzz check --accumulation --ranks --framework jax`: {split.ranks} "
+        f"devices x {split.steps} micro-batches under jax.shard_map (host CPU devices), a lax.scan over each "
+        "device's micro-batches.",
+        "# Every micro-batch has ROWS rows (fully masked rows are rows of the step) and is padded to WIDTH with "
+        "masked tokens.",
+        *failure_comments(failures),
+        f"# contract: {contract.label}",
+        "import os",
+        f"os.environ['XLA_FLAGS'] = os.environ.get('XLA_FLAGS', '') + "
+        f"' --xla_force_host_platform_device_count={split.ranks}'  # before JAX starts",
+        "from math import inf, nan",
+        "import numpy as np",
+        "import jax",
+        *(["jax.config.update('jax_enable_x64', True)  # float64 exists only in 64-bit mode"]
+          if case.dtype == "float64" else []),
+        "import jax.numpy as jnp",
+        "from jax import lax",
+        "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P",
+        *(["import ml_dtypes"] if case.dtype == "bfloat16" else []),
+        *subject.import_lines,
+        "",
+        f"LOSSES = np.array({literal(case.values[values_name])}).reshape{tuple(case.shape)!r}",
+        f"MASK = np.array({bool_literal(case.mask)}, dtype=bool).reshape{tuple(case.shape)!r}",
+        f"DTYPE = {'ml_dtypes.bfloat16' if case.dtype == 'bfloat16' else f'np.{case.dtype}'}",
+        f"RANKS, STEPS, ROWS, WIDTH = {split.ranks}, {split.steps}, {split.rows_per_chunk}, {split.width}",
+        f"FILL = {'0.0' if subject.masked_values == 'finite' else 'nan'}  # the masked tokens padding to WIDTH",
+        f"SUM_OVER_RANKS = {not averaged!r}",
+        f"WEIGHT = {weight!r}  # each chunk's share of the combined loss",
+        f"PARAMETERS = {parameters!r}",
+        f"EMPTY = {empty!r}  # the chunks without a selected token: their loss must be exactly 0",
+        f"EXPECTED, TOLERANCE = {float(expected.outputs()[output])!r}, {float(tol[output])!r}",
+    ]
+    if cotangents is not None:
+        exact = contract.vjp(case, cotangents, expected)
+        gradient_tol = contract.gradient_tolerance(exact, cotangents, case.dtype, subject.precision)[values_name][0]
+        lines += [f"COTANGENT = {float(np.asarray(cotangents[output])) * scale!r}  # c times WEIGHT (times R "
+                  "against lax.pmean)",
+                  f"EXPECTED_GRAD = np.array({literal(exact.inputs()[values_name])}).reshape{tuple(case.shape)!r}",
+                  f"GRAD_TOLERANCE = np.array({literal(gradient_tol)}).reshape{tuple(case.shape)!r}"]
+    lines += [
+        "",
+        "values = np.full((LOSSES.shape[0], WIDTH), FILL)",
+        "values[:, :LOSSES.shape[1]] = LOSSES",
+        "mask = np.zeros((MASK.shape[0], WIDTH), dtype=bool)",
+        "mask[:, :MASK.shape[1]] = MASK",
+        "# chunk k = rank k // STEPS, micro-batch k % STEPS: shard_map gives each device STEPS of them",
+        "values, mask = values.reshape(RANKS * STEPS, ROWS, WIDTH), mask.reshape(RANKS * STEPS, ROWS, WIDTH)",
+        "mesh = Mesh(np.array(jax.devices('cpu')[:RANKS]), ('data',))",
+        "sharding = NamedSharding(mesh, P('data'))",
+        "arguments = [jax.device_put(values.astype(DTYPE), sharding), jax.device_put(mask, sharding)]",
+        "",
+        "",
+        "def call(value, m, step_masks):",
+        f"    return {subject.function_name}(value, m, step_masks=step_masks, axis_name='data', "
+        "accumulation_steps=STEPS, **PARAMETERS)",
+        "",
+        "",
+    ]
+    if cotangents is None:
+        lines += [
+            "def forward(values, masks):",
+            "    step_masks = [masks[g] for g in range(STEPS)]",
+            "    return lax.scan(lambda carry, chunk: (carry, call(*chunk, step_masks)), None, (values, masks))[1]",
+            "",
+            "",
+            "step = jax.jit(jax.shard_map(forward, mesh=mesh, in_specs=(P('data'), P('data')), out_specs=P('data')))",
+            "losses = np.asarray(step(*arguments)).astype(np.float64)",
+            "combined = WEIGHT * float(losses.sum())",
+            "print(f'combined loss {combined!r}, expected {EXPECTED!r} +- {TOLERANCE!r}; chunk losses '",
+            "      f'{losses.tolist()}')",
+            "assert all(losses[k] == 0 for k in EMPTY), f'a chunk without a selected token: {losses[EMPTY].tolist()}'",
+            "assert abs(combined - EXPECTED) <= TOLERANCE, f'combined {combined!r}, expected {EXPECTED!r}'",
+        ]
+        return "\n".join(lines) + "\n"
+    lines += [
+        "def forward_and_backward(values, masks, cotangent):",
+        "    step_masks = [masks[g] for g in range(STEPS)]",
+        "",
+        "    def micro_batch(total, chunk):",
+        "        g, value, m = chunk",
+        "        out, pullback = jax.vjp(lambda v: call(v, m, step_masks), value)",
+        "        (gradient,) = pullback(jnp.zeros_like(out) + cotangent.astype(out.dtype))",
+        "        return total.at[g].add(gradient), out",
+        "",
+        "    total, outs = lax.scan(micro_batch, jnp.zeros_like(values), (jnp.arange(STEPS), values, masks))",
+        "    mine = jnp.zeros((RANKS, *total.shape), total.dtype).at[lax.axis_index('data')].set(total)",
+        "    return outs, lax.psum(mine, 'data') if SUM_OVER_RANKS else lax.pmean(mine, 'data')",
+        "",
+        "",
+        "step = jax.jit(jax.shard_map(forward_and_backward, mesh=mesh, in_specs=(P('data'), P('data'), P()),",
+        "                             out_specs=(P('data'), P())))",
+        "_, grad = step(*arguments, np.asarray(COTANGENT))",
+        "grad = np.asarray(grad).astype(np.float64).reshape(-1, WIDTH)",
+        "assert (grad[:, LOSSES.shape[1]:] == 0).all(), 'the gradient at the masked padding tokens is not 0'",
+        "grad = grad[:, :LOSSES.shape[1]]",
+        "print(f'combined gradient {grad.tolist()}, expected {EXPECTED_GRAD.tolist()}')",
+        "assert np.isfinite(grad).all() and (np.abs(grad - EXPECTED_GRAD) <= GRAD_TOLERANCE).all(), "
+        "'the combined gradient is wrong'",
+    ]
+    return "\n".join(lines) + "\n"

@@ -436,11 +436,19 @@ def format_bytes(count: float) -> str:
     return f"{count:.3g} B"
 
 
+def contract_label(record: dict[str, Any]) -> str:
+    """The contract a record times and its bound parameters, "reduction (token-mean)"; "" for a record written
+    before the benchmarks named their contract."""
+    contract, parameters = str(record.get("contract") or ""), str(record.get("parameters") or "")
+    return f"{contract} ({parameters})" if contract and parameters else contract
+
+
 def _record_order(record: dict[str, Any]) -> tuple[Any, ...]:
-    """Grouped by device, dtype and size; each group's floor first (the yardstick), then by name."""
+    """Grouped by contract, device, dtype and size (each contract's rows against its own floor); each group's
+    floor first (the yardstick), then by name."""
     size = int(record.get("batch", 0)) * int(record.get("tokens", 0))
-    return (str(record.get("device")), str(record.get("dtype")), size, record.get("implementation") != FLOOR,
-            str(record.get("implementation")))
+    return (contract_label(record), str(record.get("device")), str(record.get("dtype")), size,
+            record.get("implementation") != FLOOR, str(record.get("implementation")))
 
 
 def _bench_row(record: dict[str, Any]) -> str:
@@ -449,18 +457,19 @@ def _bench_row(record: dict[str, Any]) -> str:
     bar = "" if fraction is None else (
         f'<span class="bar"><span style="width:{min(max(float(fraction), 0.0), 1.0) * 100:.1f}%"></span></span>'
         f"{100 * float(fraction):.1f}%")
-    cells = (escape(str(record.get("implementation"))), escape(str(record.get("device"))),
-             escape(str(record.get("dtype"))), f"{record.get('batch')}×{record.get('tokens')}",
-             format_seconds(float(record.get("median_s", 0))), format_bytes(float(record.get("bytes", 0))),
-             f"{float(record.get('gbps', 0)):.2f}", bar)
+    cells = (escape(contract_label(record)), escape(str(record.get("implementation"))),
+             escape(str(record.get("device"))), escape(str(record.get("dtype"))),
+             f"{record.get('batch')}×{record.get('tokens')}", format_seconds(float(record.get("median_s", 0))),
+             format_bytes(float(record.get("bytes", 0))), f"{float(record.get('gbps', 0)):.2f}", bar)
     return f"<tr{' class=floor' if floor else ''}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
 def bench_table(records: Sequence[dict[str, Any]]) -> str:
-    head = ("implementation", "device", "dtype", "batch×tokens", "median", "bytes moved", "GB/s", "% of floor")
+    head = ("contract", "implementation", "device", "dtype", "batch×tokens", "median", "bytes moved", "GB/s",
+            "% of floor")
     rows, previous = [], None
     for record in sorted(records, key=_record_order):
-        group = _record_order(record)[:3]
+        group = _record_order(record)[:4]
         if previous is not None and group != previous:
             rows.append(f'<tr class="gap"><td colspan="{len(head)}"></td></tr>')
         previous = group
@@ -482,8 +491,9 @@ def _sizes(records: Sequence[dict[str, Any]]) -> tuple[Mark, ...]:
     return tuple(Mark(x, label) for x, label in sorted(sizes.items()))
 
 
-def bench_panel_svg(records: Sequence[dict[str, Any]], device: str, dtype: str, colours: dict[str, str]) -> str:
-    """GB/s against bytes moved for one (device, dtype): a line per implementation, the floor dashed."""
+def bench_panel_svg(records: Sequence[dict[str, Any]], device: str, dtype: str, colours: dict[str, str],
+                    contract: str = "") -> str:
+    """GB/s against bytes moved for one (contract, device, dtype): a line per implementation, the floor dashed."""
     names = sorted({str(r.get("implementation")) for r in records}, key=lambda n: (n != FLOOR, n))
     series = tuple(
         Series(name, tuple((float(r["bytes"]), float(r["gbps"])) for r in records
@@ -491,32 +501,39 @@ def bench_panel_svg(records: Sequence[dict[str, Any]], device: str, dtype: str, 
                colours[name], "square" if name == FLOOR else "circle", dashed=name == FLOOR, key=name)
         for name in names)
     series = tuple(s for s in series if s.points)
-    panel = Panel(f"{device} · {dtype}", "bytes moved per call", "GB/s", series, marks=_sizes(records),
-                  x_format=format_bytes)
+    where = f"{device} · {dtype}"
+    panel = Panel(f"{contract} · {where}" if contract else where, "bytes moved per call", "GB/s", series,
+                  marks=_sizes(records), x_format=format_bytes)
     box = Box(84, 48, 560, 360)
     body = [*panel_svg(panel, box), *legend_svg(series, box.x + box.width + 28, box.y + 12)]
+    title = f"Throughput of {contract} on {device}, {dtype}" if contract else f"Throughput on {device}, {dtype}"
     # Inline in HTML, an <svg> needs no xmlns (the parser gives it its namespace): the page names no URL at all.
     return svg_document(box.x + box.width + 200, box.y + box.height + 64, body,
-                        f"Throughput on {device}, {dtype}").replace(' xmlns="http://www.w3.org/2000/svg"', "", 1)
+                        title).replace(' xmlns="http://www.w3.org/2000/svg"', "", 1)
 
 
 def bench_plots(records: Sequence[dict[str, Any]]) -> str:
-    """One panel per (device, dtype): inline SVG (the HTML parser puts it in the SVG namespace itself)."""
+    """One panel per (contract, device, dtype): inline SVG (the HTML parser puts it in the SVG namespace itself)."""
     colours = _colours(records)
-    panels = sorted({(str(r.get("device")), str(r.get("dtype"))) for r in records})
+
+    def key(record: dict[str, Any]) -> tuple[str, str, str]:
+        return contract_label(record), str(record.get("device")), str(record.get("dtype"))
+
     figures = []
-    for device, dtype in panels:
-        panel = [r for r in records if (str(r.get("device")), str(r.get("dtype"))) == (device, dtype)]
-        figures.append(f'<figure class="panel">{bench_panel_svg(panel, device, dtype, colours)}</figure>')
+    for contract, device, dtype in sorted({key(r) for r in records}):
+        panel = [r for r in records if key(r) == (contract, device, dtype)]
+        figures.append(f'<figure class="panel">{bench_panel_svg(panel, device, dtype, colours, contract)}</figure>')
     return f'<div class="panels" id="bench-plots">{"".join(figures)}</div>'
 
 
 def _bench_summary(records: Sequence[dict[str, Any]]) -> str:
     names = {str(r.get("implementation")) for r in records} - {FLOOR}
+    contracts = sorted({contract_label(r) for r in records} - {""})
     where = sorted({f"{r.get('device')} {r.get('dtype')}" for r in records})
+    of = f" of {escape('; '.join(contracts))}" if contracts else ""
     return (f'<div class="verdict info"><span class="mark">{ICON}</span><div><strong>{len(records)} rows</strong>'
-            f"<span>{len(names)} implementations against the memory-bandwidth floor, on "
-            f"{escape(', '.join(where))}</span></div></div>")
+            f"<span>{len(names)} implementations{of} against the memory-bandwidth floor of each contract's bytes, "
+            f"on {escape(', '.join(where))}</span></div></div>")
 
 
 def _bench_body(data: dict[str, Any]) -> list[str]:
@@ -527,8 +544,9 @@ def _bench_body(data: dict[str, Any]) -> list[str]:
     meta = _section("provenance", "Provenance", [_facts(facts)]) if facts else []
     return [*header, *meta,
             *_section("throughput", "Throughput", [bench_plots(records)],
-                      "GB/s against bytes moved per call, log-log: each implementation next to the floor, the fastest "
-                      "floor kernel's bandwidth on the same bytes (dashed)."),
+                      "GB/s against bytes moved per call, log-log, a panel per contract, device and dtype: each "
+                      "implementation next to the floor, the fastest floor kernel's bandwidth on the bytes that "
+                      "contract moves (dashed)."),
             *_section("records", "Records", [bench_table(records)])]
 
 

@@ -113,9 +113,11 @@ def _gradient_lines(syntax: SnippetSyntax, source: SnippetSource, case: Case, co
         "# exact float64 gradients, and the tolerance the suite's error model allows for each element",
         "expected_grads = [" + ",\n                  ".join(
             f"np.array({literal(wanted[name])})" for name in names) + "]",
-        "tolerances = [" + ", ".join(f"np.array({literal(tolerances[name][0])})" for name in names) + "]",
+        "tolerances = [" + ",\n              ".join(
+            f"np.array({literal(tolerances[name][0])})" for name in names) + "]",
         "problems = []",
-        f"for name, got, want, tol in zip({[f'd {name}' for name in names]!r}, grads, expected_grads, tolerances):",
+        f"names = {[f'd {name}' for name in names]!r}",
+        "for name, got, want, tol in zip(names, grads, expected_grads, tolerances):",
         "    if got is None:",
         "        problems.append(f'{name}: no gradient (the outputs do not reach this input)')",
         "        continue",
@@ -142,8 +144,10 @@ def _forward_lines(syntax: SnippetSyntax, source: SnippetSource, case: Case) -> 
         *_call_lines(source.function_name, "out", f"{source.function_name}({arguments})"),
     ]
     if contract.returns_mapping:
-        lines += [f"assert hasattr(out, 'keys') and all(key in out for key in {list(contract.output_names)!r}), \\",
-                  f"    f'returned {{type(out).__name__}} {{out!r:.200}}, expected ' + {contract.expected_result!r}"]
+        lines += [f"keys = {list(contract.output_names)!r}",
+                  f"expected_structure = {contract.expected_result!r}",
+                  "assert hasattr(out, 'keys') and all(key in out for key in keys), \\",
+                  "    f'returned {type(out).__name__} {out!r:.200}, expected {expected_structure}'"]
     else:
         lines.append(f"out = {{{contract.outputs[0].name!r}: out}}")
     lines.append("# exact float64 results, and the tolerance the suite's error model allows for each element")

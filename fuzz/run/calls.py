@@ -1,7 +1,7 @@
 """Every call of the function under test, watched: the case it runs on is known before it starts, so a call
 that never returns, or kills its process, can still be reported with that case and its snippet.
 
-A `Watcher` decides what watching means. In a worker process (fuzz/parallel.py) it tells the parent, over
+A `Watcher` decides what watching means. In a worker process (fuzz/run/workers.py) it tells the parent, over
 a pipe, that a call starts and ends; the parent kills the worker when a call overruns its time limit, so
 a hang in C code is stopped too. In-process (the Python API without workers) it runs the call in a helper
 thread and abandons it on timeout: Python cannot stop a thread, so the abandoned call keeps its core busy

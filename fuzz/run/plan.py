@@ -34,6 +34,13 @@ class CellTask:
         return engine_named(self.engine).row(self.mesh, self.check)
 
 
+def default_gradient_examples(max_examples: int, split: bool) -> int:
+    """Examples per gradient cell unless asked: half the forward's, and as many for an engine's cells (a batch
+    split over ranks or micro-batches), whose gradient bugs need a nonzero cotangent crossing several ranks,
+    which half the budget draws too rarely."""
+    return max_examples if split else max(1, max_examples // 2)
+
+
 def plan_cells(subjects: Sequence[tuple[SubjectSpec, Sequence[str]]], dtypes: Sequence[str],
                devices: Sequence[str] | None, max_examples: int, seed: int, gradients: bool,
                gradient_examples: int) -> list[CellTask]:
