@@ -16,7 +16,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.plan import CHOICES, devices_here, parse_names
+from bench.contracts import REDUCTION, canonical_mode
+from bench.plan import CHOICES, devices_here, foreign_implementations, parse_names
 
 PACKAGE = Path(__file__).resolve().parent
 ROOT = PACKAGE.parent  # where `bench` imports from: the checkout, or site-packages for an installed copy
@@ -46,6 +47,15 @@ def _selection(option: str) -> Callable[[str], tuple[str, ...]]:
             raise argparse.ArgumentTypeError(str(error)) from None
 
     return parse
+
+
+def _reduction_mode(text: str) -> str:
+    """The reduction mode as the contract's Parameter reads it (an alias resolved), or the error naming its choices
+    (argparse reports it as `argument --reduction: ...`)."""
+    try:
+        return canonical_mode(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _usable_cpus() -> set[int] | None:
@@ -98,8 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     choices = {option: ",".join(names) for option, names in CHOICES.items()}
+    parser.add_argument("--contracts", type=_selection("contracts"),
+                        help=f"comma-separated from {choices['contracts']}; default: every one with single-process "
+                        "built-ins, side by side in one run")
     parser.add_argument("--implementations", type=_selection("implementations"),
-                        help=f"comma-separated from {choices['implementations']}; default: every available one")
+                        help=f"comma-separated from {choices['implementations']} (any contract's built-ins; each "
+                        "runs for the selected contracts that have it); default: every available one")
+    parser.add_argument("--reduction", type=_reduction_mode, metavar="MODE",
+                        help="the mode the reduction contract's rows run (token-mean, seq-mean-token-mean, "
+                        "seq-mean-token-sum-norm, seq-mean-token-sum, token-sum, or an alias such as grpo); "
+                        "default: token-mean")
     parser.add_argument("--devices", type=_selection("devices"),
                         help=f"comma-separated from {choices['devices']}; default: every device present")
     parser.add_argument("--dtypes", type=_selection("dtypes"),
@@ -143,6 +161,8 @@ def pytest_command(args: argparse.Namespace, out: Path, storage: Path) -> list[s
     for option in CHOICES:
         if getattr(args, option):
             command.append(f"--bench-{option}={','.join(getattr(args, option))}")
+    if args.reduction:
+        command.append(f"--bench-reduction={args.reduction}")
     return command + list(args.pytest_args)
 
 
@@ -158,7 +178,15 @@ def nothing_benchmarked(status: int, skipped_json: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)  # names, sizes, dtypes and CPUs are checked here: no framework imported yet
+    args = parser.parse_args(argv)  # names, modes, sizes, dtypes and CPUs are checked here: no framework imported yet
+    if args.reduction and args.contracts and REDUCTION not in args.contracts:
+        parser.error(f"argument --reduction: the {REDUCTION} contract is not among --contracts "
+                     f"{','.join(args.contracts)}")
+    if args.contracts and args.implementations:  # names only: still no framework imported
+        foreign = foreign_implementations(args.contracts, args.implementations)
+        if foreign:
+            parser.error(f"argument --implementations: {', '.join(foreign)} {'is' if len(foreign) == 1 else 'are'} "
+                         f"no built-in of the contract(s) {', '.join(args.contracts)}")
     if args.devices:  # finding a GPU imports the frameworks: seconds, but far less than a run that times nothing
         here = devices_here(args.devices)
         missing = [device for device in args.devices if device not in here]
@@ -209,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     cpus = usable_cores()
     print(f"{cpus} CPU(s); load average {load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after "
           f"(other processes' load slows threaded rows most)")
-    print(table(records, lambda r: floor_kernel(report, r.device, r.dtype, r.batch, r.tokens)))
+    print(table(records, lambda record: floor_kernel(report, record)))
     return status
 
 

@@ -15,10 +15,13 @@ from bench.plan import make_plan, targets
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("bench", "throughput benchmarks (bench/)")
+    group.addoption("--bench-contracts", default=None, help="comma-separated; default: every one with built-ins")
     group.addoption("--bench-implementations", default=None, help="comma-separated; default: all available")
     group.addoption("--bench-devices", default=None, help="comma-separated cpu,cuda; default: those present")
     group.addoption("--bench-dtypes", default=None, help="comma-separated; default: float32,bfloat16")
     group.addoption("--bench-sizes", default=None, help="comma-separated small,medium,large,xl; default per device")
+    group.addoption("--bench-reduction", default=None, metavar="MODE",
+                    help="the mode the reduction contract's rows run; default: its default, token-mean")
     group.addoption("--bench-warmup", type=int, default=3, help="untimed calls before timing (at least)")
     group.addoption("--bench-skipped", type=Path, default=None,
                     help="write what the selection skips, and why, to this JSON file ({what: reason})")
@@ -30,7 +33,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     option = metafunc.config.getoption
     plan = make_plan(
         option("--bench-implementations"), option("--bench-devices"), option("--bench-dtypes"),
-        option("--bench-sizes"),
+        option("--bench-sizes"), option("--bench-contracts"), option("--bench-reduction"),
     )
     found, reasons = targets(plan)
     # For `python -m bench`, which reports why a run timed nothing without parsing pytest's output.
@@ -42,6 +45,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         for what, why in reasons.items()
     ]
     metafunc.parametrize("target_id", params)
+
+
+@pytest.fixture(scope="session")
+def reduction_mode(request: pytest.FixtureRequest) -> str | None:
+    return request.config.getoption("--bench-reduction")
 
 
 @pytest.fixture(scope="session")

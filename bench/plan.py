@@ -1,7 +1,7 @@
-"""What one benchmark run measures: the (implementation or floor kernel) x device x dtype x size grid.
+"""What one benchmark run measures: the (contract x implementation or floor kernel) x device x dtype x size grid.
 
-Pure bookkeeping: conftest.py turns a Plan into pytest parameters, ordered size by size and dtype by
-dtype so that each fixed-seed input is built once and shared by every implementation.
+Pure bookkeeping: conftest.py turns a Plan into pytest parameters, ordered size by size, dtype by dtype and
+contract by contract so that each fixed-seed input is built once and shared by every implementation.
 """
 
 from __future__ import annotations
@@ -9,17 +9,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from bench.contracts import BENCHMARKED, canonical_mode
 from bench.floor import KERNELS
 from bench.sizes import DEFAULT_DTYPES, DEVICES, SIZES, Size, sizes_for
-from impls import BUILTIN_NAMES, available_implementations, get_implementation
+from impls import available_implementations, get_implementation
 from impls.frameworks import FRAMEWORK_NAMES, load_framework
+from impls.registry import builtin_names
 from reference.dtypes import DTYPE_NAMES
 
 
 @dataclass(frozen=True)
 class Target:
-    """One benchmark: an implementation (or a floor kernel) on one device, dtype and size."""
+    """One benchmark: an implementation of a contract (or a floor kernel reading that contract's bytes) on one
+    device, dtype and size."""
 
+    contract: str
     subject: str  # an implementation name, or a floor kernel's name
     device: str
     dtype: str
@@ -28,38 +32,51 @@ class Target:
 
     @property
     def id(self) -> str:
+        """"reduction-cpu-float32-large-numpy": no contract, device, dtype or size name holds a "-", so the id
+        splits back at the first four."""
         kind = "floor-" if self.floor else ""
-        return f"{self.device}-{self.dtype}-{self.size.name}-{kind}{self.subject}"
+        return f"{self.contract}-{self.device}-{self.dtype}-{self.size.name}-{kind}{self.subject}"
 
     @property
     def group(self) -> str:
-        return f"{self.device} {self.dtype} {self.size.name} {self.size.label}"
+        """pytest-benchmark's group (saved runs compare group by group): rows of one contract, device, dtype
+        and size, next to the floor of that contract's bytes."""
+        return f"{self.contract} {self.device} {self.dtype} {self.size.name} {self.size.label}"
 
     @classmethod
     def from_id(cls, text: str) -> Target:
         """The inverse of `id` (pytest parameters are these strings, so saved runs stay plain JSON)."""
-        device, dtype, size, subject = text.split("-", 3)
+        contract, device, dtype, size, subject = text.split("-", 4)
         floor = subject.startswith("floor-")
-        return cls(subject.removeprefix("floor-"), device, dtype, SIZES[size], floor=floor)
+        return cls(contract, subject.removeprefix("floor-"), device, dtype, SIZES[size], floor=floor)
 
 
 @dataclass(frozen=True)
 class Plan:
-    implementations: tuple[str, ...]
+    contracts: tuple[str, ...]
+    implementations: tuple[str, ...] | None  # None: every available built-in of each contract
     devices: tuple[str, ...]
     dtypes: tuple[str, ...]
     sizes: tuple[str, ...] | None  # None: each device's default sizes
+    reduction: str | None = None  # the reduction contract's mode; None: its default (token-mean)
+
+
+def _union(groups: Iterable[Iterable[str]]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(name for group in groups for name in group))
 
 
 # The names each selection option accepts. Listing them imports no framework, so a misspelt name is refused
-# in a fraction of a second rather than after the seconds torch and JAX take to import.
+# in a fraction of a second rather than after the seconds torch and JAX take to import. An implementation
+# name is any benchmarked contract's built-in.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "implementations": BUILTIN_NAMES,
+    "contracts": BENCHMARKED,
+    "implementations": _union(builtin_names(contract) for contract in BENCHMARKED),
     "devices": DEVICES,
     "dtypes": DTYPE_NAMES,
     "sizes": tuple(SIZES),
 }
-_SINGULAR = {"implementations": "implementation", "devices": "device", "dtypes": "dtype", "sizes": "size"}
+_SINGULAR = {"contracts": "contract", "implementations": "implementation", "devices": "device", "dtypes": "dtype",
+             "sizes": "size"}
 
 
 def split(text: str | None) -> tuple[str, ...] | None:
@@ -81,6 +98,12 @@ def parse_names(option: str, text: str) -> tuple[str, ...]:
         plural = "s" if len(unknown) > 1 else ""
         raise ValueError(f"unknown {what}{plural} {', '.join(map(repr, unknown))}; choose from {', '.join(choices)}")
     return names
+
+
+def foreign_implementations(contracts: Iterable[str], implementations: Iterable[str]) -> list[str]:
+    """The implementations that are a built-in of none of `contracts` (each is some benchmarked contract's)."""
+    known = _union(builtin_names(contract) for contract in contracts)
+    return [name for name in implementations if name not in known]
 
 
 def framework_devices(framework: str) -> tuple[str, ...]:
@@ -105,62 +128,82 @@ def devices_here(wanted: Iterable[str] = DEVICES) -> tuple[str, ...]:
 
 def make_plan(
     implementations: str | None = None, devices: str | None = None, dtypes: str | None = None,
-    sizes: str | None = None,
+    sizes: str | None = None, contracts: str | None = None, reduction: str | None = None,
 ) -> Plan:
     """The plan for these comma-separated selections (None or empty: the default). Every name is checked
     before the defaults, which import the frameworks, are worked out."""
-    given = {"implementations": implementations, "devices": devices, "dtypes": dtypes, "sizes": sizes}
+    given = {"contracts": contracts, "implementations": implementations, "devices": devices, "dtypes": dtypes,
+             "sizes": sizes}
     chosen = {option: parse_names(option, text) if text else None for option, text in given.items()}
     return Plan(
-        chosen["implementations"] or tuple(available_implementations()),
+        chosen["contracts"] or BENCHMARKED,
+        chosen["implementations"],
         chosen["devices"] or devices_here(),
         chosen["dtypes"] or DEFAULT_DTYPES,
         chosen["sizes"],
+        canonical_mode(reduction) if reduction else None,
     )
 
 
-def _ordered(plan: Plan) -> list[tuple[Size, str, str]]:
-    """(size, dtype, device) in the order that reuses each built input the most."""
+def _ordered(plan: Plan) -> list[tuple[Size, str, str, str]]:
+    """(size, dtype, contract, device) in the order that reuses each built input the most (one per contract,
+    size and dtype, shared by the devices)."""
     per_device = {device: sizes_for(device, plan.sizes) for device in plan.devices}
     order = []
     for size in SIZES.values():
         for dtype in plan.dtypes:
-            order += [(size, dtype, device) for device in plan.devices if size in per_device[device]]
+            for contract in plan.contracts:
+                order += [(size, dtype, contract, device) for device in plan.devices if size in per_device[device]]
     return order
 
 
+def _selected(plan: Plan, contract: str) -> list[str]:
+    """The implementations of `contract` the plan asks for: those named that it has, or every available one."""
+    if plan.implementations is None:
+        return available_implementations(contract)
+    return [name for name in plan.implementations if name in builtin_names(contract)]
+
+
 def targets(plan: Plan) -> tuple[list[Target], dict[str, str]]:
-    """Every benchmark that can run here, each (size, dtype, device) group's floor kernels first so
-    they run under the same conditions; and why the rest cannot (implementation or device -> reason)."""
+    """Every benchmark that can run here, each (contract, size, dtype, device) group's floor kernels first so
+    they run under the same conditions; and why the rest cannot (implementation, "contract-implementation" or
+    device -> reason)."""
     reasons: dict[str, str] = {}
-    for name in plan.implementations:  # only those asked for: loading one imports its framework
-        try:
-            get_implementation(name)
-        except RuntimeError as error:
-            reasons[name] = str(error)
-    runnable = [name for name in plan.implementations if name not in reasons]
+    for name in foreign_implementations(plan.contracts, plan.implementations or ()):
+        reasons[name] = f"{name} is no built-in of the {', '.join(plan.contracts)} contract(s)"
+    runnable: dict[str, list[str]] = {}
+    for contract in plan.contracts:
+        runnable[contract] = []
+        for name in _selected(plan, contract):  # only those asked for: loading one imports its framework
+            try:
+                get_implementation(name, contract)
+            except RuntimeError as error:
+                reasons[f"{contract}-{name}"] = str(error)
+            else:
+                runnable[contract].append(name)
     found: list[Target] = []
-    for size, dtype, device in _ordered(plan):
+    for size, dtype, contract, device in _ordered(plan):
         group = [
-            Target(name, device, dtype, size)
-            for name in runnable
-            if device in get_implementation(name).benchmarked_devices and dtype in get_implementation(name).dtypes
+            Target(contract, name, device, dtype, size)
+            for name in runnable[contract]
+            if device in (impl := get_implementation(name, contract)).benchmarked_devices and dtype in impl.dtypes
         ]
         if group:
             found += [
-                Target(kernel.name, device, dtype, size, floor=True)
+                Target(contract, kernel.name, device, dtype, size, floor=True)
                 for kernel in KERNELS
                 if device in framework_devices(kernel.framework)
             ]
             found += group
+    names = _union(runnable.values())
     for device in plan.devices:
         if not any(target.device == device for target in found):
             if device not in devices_here((device,)):
                 reasons[device] = f"skipped: no {device.upper()} device"
-            elif not runnable:
+            elif not names:
                 reasons[device] = f"nothing to run on {device}: no selected implementation is available"
             else:
-                verb = "is" if len(runnable) == 1 else "are"
-                reasons[device] = (f"nothing to run on {device}: {', '.join(runnable)} {verb} not benchmarked "
+                verb = "is" if len(names) == 1 else "are"
+                reasons[device] = (f"nothing to run on {device}: {', '.join(names)} {verb} not benchmarked "
                                    f"on {device} in {', '.join(plan.dtypes)}")
     return found, reasons

@@ -1,4 +1,5 @@
-"""One record per benchmarked row, read from pytest-benchmark's JSON; the floor joined onto each row."""
+"""One record per benchmarked row, read from pytest-benchmark's JSON; the floor of its contract's bytes joined onto
+each row."""
 
 from __future__ import annotations
 
@@ -8,13 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from bench.sizes import SIZES
+from reference.contracts import CONTRACT_NAMES
 
 FLOOR = "floor"
+# A row saved before the benchmarks covered more than one contract is the default contract's.
+DEFAULT_CONTRACT = CONTRACT_NAMES[0]
 
 
 @dataclass(frozen=True)
 class Record:
     implementation: str  # an implementation's name, or "floor" (the best floor kernel)
+    contract: str  # the contract it implements (a floor row: the contract whose bytes it reads)
+    parameters: str  # the contract's bound parameters that matter ("token-mean"; "" for none)
     device: str
     dtype: str
     batch: int
@@ -30,6 +36,11 @@ class Record:
         return next((s.name for s in SIZES.values() if (s.batch, s.tokens) == (self.batch, self.tokens)),
                     f"{self.batch}x{self.tokens}")
 
+    @property
+    def label(self) -> str:
+        """The contract and its parameters, as reports head its rows: "reduction (token-mean)"."""
+        return f"{self.contract} ({self.parameters})" if self.parameters else self.contract
+
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -41,19 +52,20 @@ def _rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         if "kind" not in info or not bench.get("stats"):
             continue
         median = float(bench["stats"]["median"])
-        rows.append({**info, "median_s": median, "gbps": info["bytes"] / median / 1e9})
+        rows.append({"contract": DEFAULT_CONTRACT, "parameters": "", **info, "median_s": median,
+                     "gbps": info["bytes"] / median / 1e9})
     return rows
 
 
-Group = tuple[str, str, int, int]  # (device, dtype, batch, tokens)
+Group = tuple[str, str, str, str, int, int]  # (contract, parameters, device, dtype, batch, tokens)
 
 
 def _group(row: dict[str, Any]) -> Group:
-    return row["device"], row["dtype"], row["batch"], row["tokens"]
+    return row["contract"], row["parameters"], row["device"], row["dtype"], row["batch"], row["tokens"]
 
 
 def _best_floors(rows: list[dict[str, Any]]) -> dict[Group, dict[str, Any]]:
-    """The fastest floor kernel's row in each group: the floor there."""
+    """The fastest floor kernel's row in each group: the floor there (each contract's bytes, its own floor)."""
     floors: dict[Group, dict[str, Any]] = {}
     for row in rows:
         if row["kind"] == "floor" and (_group(row) not in floors or row["gbps"] > floors[_group(row)]["gbps"]):
@@ -62,7 +74,7 @@ def _best_floors(rows: list[dict[str, Any]]) -> dict[Group, dict[str, Any]]:
 
 
 def records_from_report(report: dict[str, Any]) -> list[Record]:
-    """Implementation rows with their floor, preceded by one "floor" row per (device, dtype, size):
+    """Implementation rows with their floor, preceded by one "floor" row per (contract, device, dtype, size):
     the fastest floor kernel there."""
     rows = _rows(report)
     floors = _best_floors(rows)
@@ -79,6 +91,8 @@ def records_from_report(report: dict[str, Any]) -> list[Record]:
         records.append(
             Record(
                 implementation=name,
+                contract=row["contract"],
+                parameters=row["parameters"],
                 device=row["device"],
                 dtype=row["dtype"],
                 batch=row["batch"],
@@ -97,9 +111,10 @@ def load_records(path: Path) -> list[Record]:
     return records_from_report(json.loads(Path(path).read_text()))
 
 
-def floor_kernel(report: dict[str, Any], device: str, dtype: str, batch: int, tokens: int) -> str | None:
-    """Which floor kernel set the floor for a group (for the table's floor row)."""
-    best = _best_floors(_rows(report)).get((device, dtype, batch, tokens))
+def floor_kernel(report: dict[str, Any], record: Record) -> str | None:
+    """Which floor kernel set the floor of a record's group (for the table's floor row)."""
+    key = (record.contract, record.parameters, record.device, record.dtype, record.batch, record.tokens)
+    best = _best_floors(_rows(report)).get(key)
     return best["implementation"].removeprefix("floor:") if best else None
 
 

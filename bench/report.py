@@ -1,4 +1,5 @@
-"""The printed table and the PNG plot of a run's records."""
+"""The printed table and the PNG plot of a run's records, grouped by contract: each row's "% of floor" is against
+the floor of its own contract's bytes."""
 
 from __future__ import annotations
 
@@ -7,15 +8,21 @@ from pathlib import Path
 
 from bench.records import FLOOR, Record
 from bench.sizes import DEVICES, SIZES
-from impls import BUILTIN_NAMES
+from impls.registry import builtin_names
+from reference.contracts import CONTRACT_NAMES
 
 
-def _order(record: Record) -> tuple[int, str, int, int, int, str]:
+def _contract_rank(record: Record) -> int:
+    return CONTRACT_NAMES.index(record.contract) if record.contract in CONTRACT_NAMES else len(CONTRACT_NAMES)
+
+
+def _order(record: Record) -> tuple[int, str, int, str, int, int, int, str]:
     device = DEVICES.index(record.device) if record.device in DEVICES else len(DEVICES)
     size = next((i for i, s in enumerate(SIZES.values()) if s.name == record.size), len(SIZES))
-    names = (FLOOR, *BUILTIN_NAMES)
+    names = (FLOOR, *builtin_names(record.contract))
     rank = names.index(record.implementation) if record.implementation in names else len(names)
-    return device, record.dtype, size, record.batch * record.tokens, rank, record.implementation
+    return (_contract_rank(record), record.label, device, record.dtype, size, record.batch * record.tokens, rank,
+            record.implementation)
 
 
 def format_seconds(seconds: float) -> str:
@@ -26,8 +33,8 @@ def format_seconds(seconds: float) -> str:
 
 
 def table(records: list[Record], floor_kernels: Callable[[Record], str | None] | None = None) -> str:
-    """Rows grouped by device, dtype and size, each group's floor first (marked with its kernel)."""
-    header = ("implementation", "device", "dtype", "size", "median", "GB/s", "% of floor")
+    """Rows grouped by contract, device, dtype and size, each group's floor first (marked with its kernel)."""
+    header = ("contract", "implementation", "device", "dtype", "size", "median", "GB/s", "% of floor")
     ordered = sorted(records, key=_order)
     rows = []
     for record in ordered:
@@ -35,10 +42,10 @@ def table(records: list[Record], floor_kernels: Callable[[Record], str | None] |
         if name == FLOOR and floor_kernels is not None:
             name = f"floor ({floor_kernels(record)})"
         fraction = "" if record.fraction_of_floor is None else f"{100 * record.fraction_of_floor:.1f}%"
-        rows.append((name, record.device, record.dtype, f"{record.size} {record.batch}x{record.tokens}",
+        rows.append((record.label, name, record.device, record.dtype, f"{record.size} {record.batch}x{record.tokens}",
                      format_seconds(record.median_s), f"{record.gbps:.2f}", fraction))
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    right = {4, 5, 6}
+    right = {5, 6, 7}
 
     def line(row: tuple[str, ...]) -> str:
         return "  ".join(cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
@@ -46,7 +53,7 @@ def table(records: list[Record], floor_kernels: Callable[[Record], str | None] |
     lines = [line(header), "  ".join("-" * w for w in widths)]
     previous = None
     for record, row in zip(ordered, rows):
-        group = (record.device, record.dtype, record.size)
+        group = (record.label, record.device, record.dtype, record.size)
         if previous is not None and group != previous:
             lines.append("")
         previous = group
@@ -54,9 +61,15 @@ def table(records: list[Record], floor_kernels: Callable[[Record], str | None] |
     return "\n".join(lines)
 
 
+def _panel_order(panel: tuple[str, str, str, str]) -> tuple[int, str, int, str]:
+    contract, label, device, dtype = panel
+    rank = CONTRACT_NAMES.index(contract) if contract in CONTRACT_NAMES else len(CONTRACT_NAMES)
+    return rank, label, DEVICES.index(device) if device in DEVICES else len(DEVICES), dtype
+
+
 def plot(records: list[Record], path: Path) -> Path | None:
     """GB/s against bytes moved, one line per implementation and the floor dashed; one panel per
-    (device, dtype). Returns None when matplotlib is missing."""
+    (contract, device, dtype). Returns None when matplotlib is missing."""
     try:
         import matplotlib
 
@@ -64,12 +77,13 @@ def plot(records: list[Record], path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    panels = sorted({(r.device, r.dtype) for r in records}, key=lambda p: (DEVICES.index(p[0]), p[1]))
+    panels = sorted({(r.contract, r.label, r.device, r.dtype) for r in records}, key=_panel_order)
     if not panels:
         return None
     figure, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
-    for axis, (device, dtype) in zip(axes[0], panels):
-        panel = sorted((r for r in records if (r.device, r.dtype) == (device, dtype)), key=lambda r: r.bytes)
+    for axis, (_, label, device, dtype) in zip(axes[0], panels):
+        panel = sorted((r for r in records if (r.label, r.device, r.dtype) == (label, device, dtype)),
+                       key=lambda r: r.bytes)
         for name in sorted({r.implementation for r in panel}, key=lambda n: (n != FLOOR, n)):
             points = [r for r in panel if r.implementation == name]
             style = {"color": "black", "linestyle": "--", "linewidth": 2} if name == FLOOR else {"marker": "o"}
@@ -82,7 +96,7 @@ def plot(records: list[Record], path: Path) -> Path | None:
         axis.set_yscale("log")
         axis.set_xlabel("bytes moved per call")
         axis.set_ylabel("GB/s")
-        axis.set_title(f"{device} {dtype}")
+        axis.set_title(f"{label}: {device} {dtype}")
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=8)
     figure.tight_layout()

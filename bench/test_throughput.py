@@ -1,4 +1,5 @@
-"""The throughput suite: every implementation, and the floor kernels, per device x dtype x size.
+"""The throughput suite: every implementation of each benchmarked contract, and the floor kernels reading as many
+bytes as that contract moves, per device x dtype x size.
 
 Honest timing: warm-up calls (where torch.compile compiles and jax.jit traces) run until a call compiles
 nothing, and are not timed; the result of a warm-up call is checked against the exact reference under
@@ -14,27 +15,31 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.contracts import bench_contract
 from bench.floor import elements_for, kernel_named
 from bench.inputs import make_case, worst_error
 from bench.plan import Target
 from impls import get_implementation
-from reference.contracts import CONTRACT_NAMES, get_contract
 from reference.dtypes import numpy_dtype
 
 MAX_WARMUP_CALLS = 10
 
 
-def test_throughput(benchmark, target_id: str, warmup_calls: int) -> None:  # type: ignore[no-untyped-def]
+def test_throughput(benchmark, target_id: str, warmup_calls: int,  # type: ignore[no-untyped-def]
+                    reduction_mode: str | None) -> None:
     target = Target.from_id(target_id)
     benchmark.group = target.group
+    contract = bench_contract(target.contract, reduction_mode)  # its declared parameters bound (a mode)
     if target.floor:
-        run_floor(benchmark, target)
+        run_floor(benchmark, target, contract)
     else:
-        run_implementation(benchmark, target, warmup_calls)
+        run_implementation(benchmark, target, warmup_calls, contract)
 
 
-def run_implementation(benchmark, target: Target, warmup_calls: int) -> None:  # type: ignore[no-untyped-def]
-    impl = get_implementation(target.subject)
+def run_implementation(benchmark, target: Target, warmup_calls: int, contract) -> None:  # type: ignore[no-untyped-def]
+    impl = get_implementation(target.subject, target.contract)
+    if contract.bound:
+        impl = impl.bind(**contract.bound)
     case = make_case(impl.contract, target.size.batch, target.size.tokens, target.dtype).with_(device=target.device)
     # The framework settings the case needs (JAX's x64 for float64; dynamo's recompile policy while
     # compiling), entered once for the whole row: nothing per call is added to the timed region.
@@ -70,6 +75,8 @@ def _time_implementation(benchmark, target: Target, warmup_calls: int, impl, cas
     benchmark.extra_info.update(
         kind="implementation",
         implementation=impl.name,
+        contract=target.contract,
+        parameters=impl.contract.parameters_text,
         device=target.device,
         dtype=target.dtype,
         size=size.name,
@@ -81,12 +88,12 @@ def _time_implementation(benchmark, target: Target, warmup_calls: int, impl, cas
     )
 
 
-def run_floor(benchmark, target: Target) -> None:  # type: ignore[no-untyped-def]
+def run_floor(benchmark, target: Target, contract) -> None:  # type: ignore[no-untyped-def]
     kernel = kernel_named(target.subject)
     size = target.size
-    # the floor reads as many bytes as an implementation of the default contract moves (bench/plan.py groups by it)
+    # the floor reads as many bytes as an implementation of its row's contract moves: "% of floor" is per contract
     sizes = {"batch": size.batch, "tokens": size.tokens}
-    elements = elements_for(get_contract(CONTRACT_NAMES[0]).bytes_moved(sizes, numpy_dtype(target.dtype).itemsize))
+    elements = elements_for(contract.bytes_moved(sizes, numpy_dtype(target.dtype).itemsize))
     call = kernel.prepare(target.device, elements)
     total = 0.0
     for _ in range(2):  # warm-up: jit compilation, first touch of the output
@@ -96,6 +103,8 @@ def run_floor(benchmark, target: Target) -> None:  # type: ignore[no-untyped-def
     benchmark.extra_info.update(
         kind="floor",
         implementation=f"floor:{kernel.name}",
+        contract=target.contract,
+        parameters=contract.parameters_text,
         device=target.device,
         dtype=target.dtype,
         size=size.name,

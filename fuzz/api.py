@@ -129,7 +129,8 @@ def check(
 ) -> Report:
     """Fuzz `fn`, a function with the contract's signature, against the exact reference, as
     `lossnorm-fuzz check` does. `fn` is a function, or a "package.module:function" / "path.py:function" string.
-    `framework`: one of FRAMEWORK_CHOICES (torch, torch-compile, jax: wrapped in jax.jit, numpy, ...).
+    `framework`: one of FRAMEWORK_CHOICES (torch, torch-compile, jax: wrapped in jax.jit, except a per-chunk
+    function, numpy, ...).
     `precision`: "contract" (default) or "strict" (docs/tolerance.md). `workers`: None runs in this
     process; N runs the cells in N worker processes (the function must then be importable by its module and
     name; a crash or hang there fails its cell instead of this process).
@@ -212,17 +213,17 @@ def check(
         tasks = [replace(task, subject=replace(subject_spec, name=spec)) for task in tasks]
         return Report(tuple(run_cells(tasks, jobs=workers or 1, fail_fast=fail_fast, timeout=timeout)),
                       tuple(dtypes))
-    watcher = ThreadWatcher(timeout)
     results: list[CellResult] = []
-    for task in tasks:
-        if task.engine is None:
-            results.append(fuzz_task(subject, task, watcher))
-        else:
-            from fuzz.engines.cell import run_sharded_cell
+    with ThreadWatcher(timeout) as watcher:
+        for task in tasks:
+            if task.engine is None:
+                results.append(fuzz_task(subject, task, watcher))
+            else:
+                from fuzz.engines.cell import run_sharded_cell
 
-            results.append(run_sharded_cell(task, watcher, subject=None if ranks else subject))
-        if fail_fast and not results[-1].ok:
-            break
+                results.append(run_sharded_cell(task, watcher, subject=None if ranks else subject))
+            if fail_fast and not results[-1].ok:
+                break
     return Report(tuple(results), tuple(dtypes))
 
 

@@ -154,7 +154,8 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
     runs = parser.add_mutually_exclusive_group(required=True)
     runs.add_argument("--framework", choices=FRAMEWORK_CHOICES,
                       help="the framework the function takes; torch-compile and jax run it compiled: "
-                      "torch.compile(f, fullgraph=True, dynamic=True) / jax.jit(f)")
+                      "torch.compile(f, fullgraph=True, dynamic=True) / jax.jit(f) (a per-chunk function of "
+                      "--accumulation: as it is, its keywords Python ints)")
     runs.add_argument("--sharded", choices=SHARDED_CHOICES,
                       help="TARGET is a per-rank function (docs/sharded.md): run it on torch.distributed "
                       "ranks (gloo; NCCL on CUDA) or under jax.shard_map, on every mesh (instead of --framework)")

@@ -4,11 +4,11 @@
 
 `array_api_compat.array_namespace(...)` returns the standard's namespace for whatever arrays come in
 (array_api_strict, NumPy, PyTorch, JAX, CuPy, ...), and every line below uses only functions the standard
-defines (`where`, `sum(..., dtype=, keepdims=)`, `astype`, `asarray`, `zeros`, `ones_like`, `reshape`), never a
-method or a library's own extension: the fuzzer runs it on array_api_strict (which refuses anything outside
-the standard), and the same function runs on NumPy, torch and JAX arrays, differentiable wherever the library
-is (torch autograd, jax.grad). The loss is a 0-d array on the input's device: float32 for half inputs, else
-the input dtype. The modes (reference/reduction.py has them exactly): token-mean (sum / N),
+defines (`where`, `sum(..., dtype=, keepdims=)`, `count_nonzero`, `astype`, `asarray`, `zeros`, `ones_like`,
+`reshape`), never a method or a library's own extension: the fuzzer runs it on array_api_strict (which refuses
+anything outside the standard), and the same function runs on NumPy, torch and JAX arrays, differentiable
+wherever the library is (torch autograd, jax.grad). The loss is a 0-d array on the input's device: float32 for
+half inputs, else the input dtype. The modes (reference/reduction.py has them exactly): token-mean (sum / N),
 seq-mean-token-mean (the mean over D rows of each row's mean), seq-mean-token-sum-norm (sum / (D L_max)),
 seq-mean-token-sum (sum / D), token-sum; D is every row (rows="all", the book's 1/B) or the rows with a
 selected token (rows="nonempty").
@@ -20,10 +20,12 @@ Why each line is the way it is (as in impls/torch_eager_reduction.py):
 - sums accumulate in float32 for half inputs (float16, bfloat16, where the namespace has them) through
   `sum(..., dtype=float32)`, else in the input dtype, and the loss stays there: a bfloat16 running sum sticks
   at 256, and trainers keep their loss in float32;
-- counts are integer sums of the mask, exact: N and D are counted from the mask, never from the shape (the
-  padded width is not a length, verl #4360), N in int64 where the batch could hold 2^31 tokens (int32
-  otherwise, which keeps JAX without x64 free of warnings), each converted to the accumulator once; L_max is
-  the declared constant, never `token_mask.shape[-1]`;
+- counts are integers, exact: N and D are counted from the mask, never from the shape (the padded width is
+  not a length, verl #4360), each converted to the accumulator once; L_max is the declared constant, never
+  `token_mask.shape[-1]`. They come from `count_nonzero` (2023.12), which reads the mask as it is, and only
+  those the mode reads: N alone for token-mean, a count per row where a row's mean or D = B+ needs it. A
+  namespace older than 2023.12 sums the mask widened to integers instead (int64 where the batch could hold
+  2^31 tokens, int32 otherwise, which keeps JAX without x64 free of warnings);
 - every divisor is made safe before dividing (a `where` puts 1 in place of a zero count): an all-masked
   batch gives exactly 0, not 0/0 (unsloth-zoo #1286), and no division ever forms a NaN that a later `where`
   would discard from the forward pass but not from the backward; the loss is still computed from
@@ -68,6 +70,19 @@ def _at_least_one(xp: Any, count: Any) -> Any:
     return xp.where(count > 0, count, xp.ones_like(count))
 
 
+def _counts(xp: Any, token_mask: Any, axis: int | None) -> Any:
+    """The selected tokens of each row (axis=-1), or of the batch as a shape-(1,) array (axis=None): exact
+    integers, from `count_nonzero` where the namespace has it (2023.12), else from the mask's integer sum."""
+    batch, tokens = token_mask.shape
+    if hasattr(xp, "count_nonzero"):
+        counted = xp.count_nonzero(token_mask, axis=axis, keepdims=axis is None)
+        return counted if axis is not None else xp.reshape(counted, (1,))
+    row_count = xp.int32 if tokens < 2**31 else xp.int64  # one row's count
+    total_count = xp.int32 if batch * tokens < 2**31 else xp.int64  # N: the whole batch's
+    counts = xp.sum(xp.astype(token_mask, row_count), axis=-1, dtype=row_count)  # n_i
+    return counts if axis is not None else xp.sum(counts, dtype=total_count, keepdims=True)
+
+
 def loss_reduction(token_losses: Any, token_mask: Any, *, mode: str = "token-mean", rows: str = "all",
                    l_max: float | None = None) -> Any:
     """The scalar loss of `mode` (reference/reduction.py) for arrays of any Array API library; see the module
@@ -77,14 +92,11 @@ def loss_reduction(token_losses: Any, token_mask: Any, *, mode: str = "token-mea
     xp = array_api_compat.array_namespace(token_losses, token_mask)
     device = array_api_compat.device(token_losses)
     accumulate = xp.float32 if _dtype_name(token_losses.dtype) in HALF_NAMES else token_losses.dtype
-    batch, tokens = token_losses.shape
-    row_count = xp.int32 if tokens < 2**31 else xp.int64  # one row's count
-    total_count = xp.int32 if batch * tokens < 2**31 else xp.int64  # N: the whole batch's
+    batch = token_losses.shape[0]
 
     zero = xp.zeros((), dtype=token_losses.dtype, device=device)
     selected = xp.where(token_mask, token_losses, zero)  # select, never multiply: -inf/NaN padding stays out
     sums = xp.sum(selected, axis=-1, dtype=accumulate)  # S_i, float32 accumulator for half inputs
-    counts = xp.sum(xp.astype(token_mask, row_count), axis=-1, dtype=row_count)  # n_i, exact
 
     # Batch totals keep their axis (shape (1,)): NumPy reduces a whole array to a NumPy scalar, not an array, and
     # `reshape` of a 1-element array gives the 0-d array the contract returns in every library.
@@ -92,13 +104,14 @@ def loss_reduction(token_losses: Any, token_mask: Any, *, mode: str = "token-mea
     if mode == "token-sum":
         loss = total
     elif mode == "token-mean":
-        tokens_selected = xp.sum(counts, dtype=total_count, keepdims=True)  # N = 0: T is 0, and 0 / 1 = 0
+        tokens_selected = _counts(xp, token_mask, None)  # N = 0: T is 0, and 0 / 1 = 0
         loss = total / xp.astype(_at_least_one(xp, tokens_selected), accumulate)
     else:
+        counts = _counts(xp, token_mask, -1) if mode == "seq-mean-token-mean" or rows == "nonempty" else None
         if rows == "all":
             divisor = xp.asarray(max(batch, 1), dtype=accumulate, device=device)  # B: known from the shape
         else:
-            nonempty = xp.sum(xp.astype(counts > 0, total_count), dtype=total_count, keepdims=True)  # B+
+            nonempty = xp.sum(xp.astype(counts > 0, counts.dtype), dtype=counts.dtype, keepdims=True)  # B+
             divisor = xp.astype(_at_least_one(xp, nonempty), accumulate)
         if mode == "seq-mean-token-mean":
             means = sums / xp.astype(_at_least_one(xp, counts), accumulate)  # an empty row's mean: 0 / 1 = 0

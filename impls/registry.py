@@ -138,6 +138,12 @@ _BUILTINS: dict[str, dict[str, _Spec]] = {"magnitude": {
     # the same on real ranks: the step's normalizers all-reduced over the data-parallel group, DDP averaging
     "torch-ddp": _Spec("torch", "impls.torch_eager_accumulation", compiled=False, contract="accumulation",
                        function="chunk_loss_on_ranks", sharded="ddp", engines=("ddp",)),
+    # the JAX per-chunk loss under jax.jit, called on each micro-batch as torch-eager is
+    "jax-jit": _Spec("jax", "impls.jax_jit_accumulation", compiled=True, contract="accumulation",
+                     function="chunk_loss", sharded="accumulation", engines=("accumulation",)),
+    # its rank form under jax.shard_map: the step's counts summed over the data axis (lax.psum) on every device
+    "jax-shard-map": _Spec("jax", "impls.jax_jit_accumulation", compiled=False, contract="accumulation",
+                           function="chunk_loss_on_shards", sharded="jax-accumulation", engines=("jax-accumulation",)),
 }}
 
 

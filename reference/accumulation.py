@@ -81,12 +81,23 @@ def step_scale(bound: Mapping[str, Any], steps: int) -> float:
     return 1.0 / steps if bound["backward_scale"] == "1/G" else 1.0
 
 
-def _chunk_losses(chunks: Sequence[Case], bound: Mapping[str, Any], padded_l_max: bool = False) -> list[float]:
-    """Each chunk's exact loss as its own batch (with L_max its padded width, if asked)."""
+def _chunk_losses(chunks: Sequence[Case], bound: Mapping[str, Any]) -> list[float]:
+    """Each chunk's exact loss as its own batch."""
     values = chunks[0].contract.differentiable_inputs[0].name
     return [float(reduction.reference(chunk.values[values], chunk.mask, bound["mode"], bound["rows"],
-                                      max(chunk.shape[1], 1) if padded_l_max else bound["l_max"]).loss)
-            for chunk in chunks]
+                                      bound["l_max"]).loss) for chunk in chunks]
+
+
+def _padded_width_losses(chunks: Sequence[Case], bound: Mapping[str, Any], divisor: int) -> list[float]:
+    """Each chunk's exact share of the step's seq-mean-token-sum-norm with L_max its own padded width: its own
+    batch's loss with that L_max, rescaled from its own D to the step's `divisor`."""
+    values = chunks[0].contract.differentiable_inputs[0].name
+    shares = []
+    for chunk in chunks:
+        own = reduction.reference(chunk.values[values], chunk.mask, bound["mode"], bound["rows"],
+                                  max(chunk.shape[1], 1))
+        shares.append(float(own.loss) * own.rows_divisor() / max(divisor, 1))
+    return shares
 
 
 def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: int, combined: float) -> str | None:
@@ -102,7 +113,7 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
     candidates = [(share * sum(_chunk_losses(chunks, bound)),
                    "does each micro-batch divide by its own token count (or rows): a mean of micro-batch means?")]
     if bound["mode"] == reduction.SEQ_MEAN_TOKEN_SUM_NORM:
-        candidates.append((share * sum(_chunk_losses(chunks, bound, padded_l_max=True)),
+        candidates.append((share * sum(_padded_width_losses(chunks, bound, expected.rows_divisor())),
                            "is L_max taken from each chunk's padded width?"))
     for factor, text in ((steps, f"G = {steps}: is the 1/G missing, or does each micro-batch divide by its own count?"),
                          (1 / steps, f"G = {steps}: is 1/G applied twice?"),
@@ -116,8 +127,10 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
                                                      "clamp(min=1) in the count?"))
     # every cause that fits, the likelier first: on an even split of equal rows a chunk's own mean and a
     # factor of R give the same value, and the report cannot tell them apart
+    # a candidate's own rounding grows with its size: the tolerance of the exact value, scaled to the candidate's
     causes = [text for value, text in candidates
-              if abs(combined - value) <= 2 * tol + 1e-6 * abs(value) and abs(value - exact) > 2 * tol]
+              if abs(combined - value) <= 2 * tol * max(1.0, abs(value) / abs(exact) if exact else 1.0)
+              + 1e-6 * abs(value) and abs(value - exact) > 2 * tol]
     if not causes:
         return None
     ratio = f"{combined / exact:.4g}x" if exact else f"{combined:.6g} (exactly 0 expected)"

@@ -114,8 +114,13 @@ def test_an_installed_copy_runs_without_the_checkout_config_and_writes_nothing_n
         ("--implementations", "numpy,nope", "unknown implementation 'nope'; choose from torch-eager, "
                                             "torch-compile, torch-triton, jax-jit, numpy, array-api"),
         ("--sizes", ",", "no size given; choose from small, medium, large, xl"),
+        ("--contracts", "reduction,bogus", "unknown contract 'bogus'; choose from magnitude, reduction"),
+        # the accumulation contract's built-ins are per-chunk functions an engine calls: not benchmarked
+        ("--contracts", "accumulation", "unknown contract 'accumulation'; choose from magnitude, reduction"),
+        ("--reduction", "bogus", "mode must be one of token-mean, seq-mean-token-mean, seq-mean-token-sum-norm, "
+                                 "seq-mean-token-sum, token-sum, "),
     ],
-    ids=["size", "dtype", "device", "implementation", "empty"],
+    ids=["size", "dtype", "device", "implementation", "empty", "contract", "accumulation", "reduction mode"],
 )
 def test_an_unknown_name_is_refused_before_any_framework_is_imported(
     tmp_path: Path, option: str, value: str, message: str
@@ -125,6 +130,48 @@ def test_an_unknown_name_is_refused_before_any_framework_is_imported(
     assert f"argument {option}: {message}" in result.stderr
     assert imported(result) == "[]"
     assert list(tmp_path.iterdir()) == []  # refused before the run made its folders
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--contracts", "magnitude", "--reduction", "grpo"),
+         "argument --reduction: the reduction contract is not among --contracts magnitude"),
+    ],
+    ids=["reduction mode without the reduction contract"],
+)
+def test_options_that_contradict_each_other_are_refused_before_any_framework_is_imported(
+    tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    result = run_bench(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert imported(result) == "[]"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_reduction_contract_is_benchmarked_against_the_floor_of_its_own_bytes(tmp_path: Path) -> None:
+    result = run_bench(*TINY, "--contracts", "reduction", "--reduction", "grpo", "--no-save", "--json", "records.json",
+                       cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = json.loads((tmp_path / "records.json").read_text())
+    assert {record["contract"] for record in records} == {"reduction"}  # --contracts: the magnitude rows are left out
+    assert {record["parameters"] for record in records} == {"seq-mean-token-mean, rows=all"}  # grpo, resolved
+    assert sorted(record["implementation"] for record in records) == ["floor", "numpy"]
+    floor, numpy = sorted(records, key=lambda record: record["implementation"])
+    # token_losses (8x512 float32) and the mask (1 byte a token) read, the 0-d loss written: the reduction's bytes,
+    # not the magnitude diagnostic's (which also reads 8 advantages and writes 17 outputs)
+    assert numpy["bytes"] == 8 * 512 * 4 + 8 * 512 + 4
+    assert floor["bytes"] == numpy["bytes"] and numpy["floor_gbps"] == floor["gbps"]
+    assert numpy["fraction_of_floor"] == pytest.approx(numpy["gbps"] / floor["gbps"])
+    table = result.stdout[result.stdout.index("contract "):]
+    rows = [line.split("  ")[0] for line in table.splitlines()[2:] if line.strip()]
+    assert rows == ["reduction (seq-mean-token-mean, rows=all)"] * 2, table
+    assert re.search(r"floor \((numpy|torch|jax)-sum\)", table) and "numpy" in table
+    saved = json.loads((tmp_path / "out" / "bench" / "pytest-benchmark.json").read_text())
+    names = sorted(bench["name"] for bench in saved["benchmarks"])
+    assert "test_throughput[reduction-cpu-float32-small-numpy]" in names
+    assert {bench["group"] for bench in saved["benchmarks"]} == {"reduction cpu float32 small 8x512"}
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")

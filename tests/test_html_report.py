@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -70,17 +71,23 @@ def _fuzz_data(tmp_path: Path) -> dict[str, Any]:
             "figures": {"gradient weights": gradient_weights_svg()}}
 
 
-def _bench_data() -> dict[str, Any]:
+def _bench_data(contracts: tuple[tuple[str, str], ...] = (("magnitude", ""),)) -> dict[str, Any]:
+    """Records as `python -m bench --json` writes them, for each (contract, its parameters' label)."""
     records = []
-    for device in ("cpu",):
-        for dtype in ("float32", "bfloat16"):
-            for batch, tokens, floor in ((8, 512, 4.0), (256, 4096, 16.8)):
-                size = batch * tokens * 5
-                for name, gbps in (("floor", floor), ("numpy", floor / 10), ("torch-eager", floor / 40)):
-                    records.append({"implementation": name, "device": device, "dtype": dtype, "batch": batch,
-                                    "tokens": tokens, "median_s": size / gbps / 1e9, "bytes": size, "gbps": gbps,
-                                    "floor_gbps": floor, "fraction_of_floor": gbps / floor})
+    for contract, parameters in contracts:
+        for device in ("cpu",):
+            for dtype in ("float32", "bfloat16"):
+                for batch, tokens, floor in ((8, 512, 4.0), (256, 4096, 16.8)):
+                    size = batch * tokens * 5
+                    for name, gbps in (("floor", floor), ("numpy", floor / 10), ("torch-eager", floor / 40)):
+                        records.append({"implementation": name, "contract": contract, "parameters": parameters,
+                                        "device": device, "dtype": dtype, "batch": batch, "tokens": tokens,
+                                        "median_s": size / gbps / 1e9, "bytes": size, "gbps": gbps,
+                                        "floor_gbps": floor, "fraction_of_floor": gbps / floor})
     return {"kind": "bench", "records": records, "command": "python -m bench --quick"}
+
+
+TWO_CONTRACTS = (("magnitude", ""), ("reduction", "token-mean"))
 
 
 class Tags(HTMLParser):
@@ -193,6 +200,35 @@ def test_the_bench_page_has_the_table_and_a_panel_per_device_and_dtype():
     assert page.count('<figure class="panel">') == 2  # cpu float32, cpu bfloat16
     assert page.count('data-series="floor"') == 2 and 'stroke-dasharray="7 5"' in page
     assert [t for t, _ in tags.tags].count("svg") == 3  # two panels and the header's icon
+    assert "<th>contract</th>" in page and "<td>magnitude</td>" in page
+
+
+def test_the_bench_page_groups_rows_and_panels_by_contract():
+    data = _bench_data(TWO_CONTRACTS)
+    page = render_html(data)
+    assert page.count("<tr") - page.count('<tr class="gap"') == len(data["records"]) + 1
+    # a gap between groups: 2 contracts x 2 dtypes x 2 sizes = 8 groups
+    assert page.count('<tr class="gap"') == 7
+    assert page.count('<figure class="panel">') == 4  # per contract, device and dtype
+    assert page.count('data-series="floor"') == 4  # each contract's panel has its own floor
+    assert "reduction (token-mean) · cpu · float32" in page and "magnitude · cpu · bfloat16" in page
+    assert "Throughput of reduction (token-mean) on cpu, float32" in page
+    table = page.split('id="bench-table"', 1)[1]
+    rows = re.findall(r"<tr[^>]*><td>([^<]*)</td><td>([^<]*)</td>", table)
+    contracts = [contract for contract, _ in rows]
+    # each contract's rows together, the floor first in every group
+    assert contracts == sorted(contracts) and set(contracts) == {"magnitude", "reduction (token-mean)"}
+    assert rows[0][1] == "floor" and rows[len(rows) // 2][1] == "floor"
+    assert "implementations of magnitude; reduction (token-mean)" in page
+
+
+def test_bench_records_without_a_contract_still_render():
+    data = _bench_data()
+    for record in data["records"]:
+        del record["contract"], record["parameters"]
+    page = render_html(data)
+    assert page.count('<figure class="panel">') == 2 and "<td>numpy</td>" in page
+    assert "Throughput on cpu, float32" in page
 
 
 def test_a_report_without_cells_or_records_is_refused():

@@ -35,6 +35,14 @@ def _rank_bug(tmp_path, body: str) -> str:
     return f"{path}:chunk_loss"
 
 
+def rank_cell(target: str, framework: str, engine: str):
+    """The R = 2, G = 1 forward cell of a token-mean rank form `target` on `engine`, run (5 examples)."""
+    contract, parameters = declared_contract("token-mean", accumulation=True)
+    spec = SubjectSpec.of(target, framework, contract=contract, parameters=parameters)
+    tasks = plan_sharded_cells(spec, engine, ["float32"], ["cpu"], 5, 0, False, 1)
+    return run_sharded_cell(next(task for task in tasks if task.mesh == (2, 1)))
+
+
 @pytest.mark.parametrize(("body", "message"), [
     ("raise ValueError('rank 1 is broken')", "ValueError: rank 1 is broken"),
     ("os._exit(7)", "died during an example (exit code 7"),
@@ -42,11 +50,8 @@ def _rank_bug(tmp_path, body: str) -> str:
 ], ids=["raises", "exits", "hangs"])
 def test_a_rank_that_fails_fails_its_cell_with_a_clear_message(tmp_path, monkeypatch, body, message):
     monkeypatch.setenv(TIMEOUT_VARIABLE, "20")
-    contract, parameters = declared_contract("token-mean", accumulation=True)
-    spec = SubjectSpec.of(_rank_bug(tmp_path, body), "torch", contract=contract, parameters=parameters)
     started = time.perf_counter()
-    tasks = plan_sharded_cells(spec, "ddp", ["float32"], ["cpu"], 5, 0, False, 1)
-    cell = run_sharded_cell(next(task for task in tasks if task.mesh == (2, 1)))
+    cell = rank_cell(_rank_bug(tmp_path, body), "torch", "ddp")
     assert not cell.ok
     assert any(message in failure for failure in cell.failures), cell.failures
     assert time.perf_counter() - started < 90  # ranks start in seconds; one timeout of 5 s, not one per shrink

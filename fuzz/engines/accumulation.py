@@ -20,6 +20,7 @@ import numpy as np
 from fuzz.engines.chunks import (
     SHAPES,
     ChunkSplit,
+    bucketed_chunks,
     chunk_case,
     chunk_weight,
     draw_chunks,
@@ -68,6 +69,11 @@ class Accumulation(Engine):
 
     def draw_split(self, draw: Draw, case: Case, shape: tuple[int, int]) -> tuple[Case, ChunkSplit]:
         return draw_chunks(draw, case, shape)
+
+    def fit(self, subject: Any, case: Case, split: ChunkSplit) -> tuple[Case, ChunkSplit]:
+        """Chunks of a few bucketed shapes for a framework that compiles a program per shape (its trainers pad
+        micro-batches to fixed shapes too); as drawn for the others."""
+        return bucketed_chunks(case, split) if subject.adapter.compiles_per_shape else (case, split)
 
     def run(self, subject: Any, case: Case, split: ChunkSplit, cotangents: dict[str, np.ndarray] | None,
             exact: Any) -> Verdict:

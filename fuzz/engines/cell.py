@@ -98,7 +98,7 @@ def _example(task: CellTask, engine: Engine, subject: Subject, state: dict[str, 
              data: st.DataObject) -> Verdict:
     """One example: draw the split (and cotangents), run it on the engine, which judges the combined result."""
     story: list[tuple[str, object]] = []
-    case, split = engine.draw_split(_labelled(data, story), case, task.mesh)
+    case, split = engine.fit(subject, *engine.draw_split(_labelled(data, story), case, task.mesh))
     case = case.with_(story=case.story + tuple(story))
     target(float(split.active(case)), label="parts holding selected tokens")  # toward splits that carry something
     cotangents = exact_cotangents = exact = None

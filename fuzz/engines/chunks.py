@@ -113,3 +113,45 @@ def chunk_cases(case: Case, split: ChunkSplit) -> list[Case]:
 def explain_combination(case: Case, split: ChunkSplit, combined: float) -> str | None:
     explain = chunked(case).explain
     return explain(case, chunk_cases(case, split), split.ranks, split.steps, combined) if explain else None
+
+
+# The sizes a framework that compiles a program per input shape (JAX: even an un-jitted function's every op) sees:
+# each chunk's rows and width rounded up to one of these, so a cell compiles a few shapes, not one per example.
+BUCKET_ROWS = (1, 2, 4, 8, 16)
+BUCKET_WIDTHS = (16, 512, 4096)
+
+
+def _bucket(size: int, menu: tuple[int, ...]) -> int:
+    """`size` rounded up to the menu (past it, to a power of two); 0 stays 0: an empty chunk stays empty."""
+    if size == 0:
+        return 0
+    return next((entry for entry in menu if entry >= size), 1 << (size - 1).bit_length())
+
+
+def bucketed_chunks(case: Case, split: ChunkSplit) -> tuple[Case, ChunkSplit]:
+    """The step and its split with every chunk's rows and width rounded up to the bucket menus, as a trainer of such
+    a framework pads its micro-batches to fixed shapes. Sound by the contract: the step gains masked tokens
+    (values 0) to the bucketed width, and each chunk fully masked rows (values 0) after its own, rows of the
+    step that the exact result counts as the function does (rows="all" counts every row); a chunk's width is
+    rounded up within the step's. Empty chunks, chunks of width 0 and a step of width 0 stay so."""
+    tokens = case.shape[1]
+    width = _bucket(tokens, BUCKET_WIDTHS)
+    sizes = [split.cuts[k + 1] - split.cuts[k] for k in range(split.chunks)]
+    cuts = [0]
+    for size in sizes:
+        cuts.append(cuts[-1] + _bucket(size, BUCKET_ROWS))
+    source = np.full(cuts[-1], -1, dtype=np.int64)  # each new row's row of the drawn step, -1 where added
+    for k, size in enumerate(sizes):
+        source[cuts[k]:cuts[k] + size] = np.arange(split.cuts[k], split.cuts[k + 1])
+    kept = np.flatnonzero(source >= 0)
+    values = {}
+    for spec in case.contract.inputs:
+        old = case.values[spec.name]
+        new = np.zeros(tuple(cuts[-1] if dim == "batch" else width if dim == "tokens" else old.shape[axis]
+                             for axis, dim in enumerate(spec.dims)), dtype=old.dtype)
+        rows = np.take(old, source[kept], axis=spec.dims.index("batch")) if "batch" in spec.dims else old
+        new[tuple(kept if dim == "batch" else slice(0, tokens) if dim == "tokens" else slice(None)
+                  for dim in spec.dims)] = rows
+        values[spec.name] = new
+    widths = tuple(min(_bucket(w, BUCKET_WIDTHS), width) if w < tokens else width for w in split.widths)
+    return case.with_(**values), ChunkSplit(split.ranks, split.steps, tuple(cuts), widths)

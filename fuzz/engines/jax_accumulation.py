@@ -124,6 +124,9 @@ class JaxAccumulation(Accumulation):
         case, split = draw_chunks(draw, case, shape)
         return uniform_chunks(case, split)
 
+    def fit(self, subject: Any, case: Case, split: MeshChunks) -> tuple[Case, MeshChunks]:
+        return case, split  # draw_split made every chunk one shape of the menus already
+
     def run(self, subject: Any, case: Case, split: MeshChunks, cotangents: dict[str, np.ndarray] | None,
             exact: Any) -> Verdict:
         from fuzz.engines.jax_worker import jax_worker

@@ -52,6 +52,10 @@ class Engine:
         """The case (perhaps changed: a shard's mask cleared) and a split of it over `shape`, drawn with labels."""
         return draw_split(draw, case, [shape])
 
+    def fit(self, subject: Any, case: Case, split: Any) -> tuple[Case, Any]:
+        """The case and split as the subject's framework is given them (by default, as drawn)."""
+        return case, split
+
     def exact_cotangents(self, case: Case, cotangents: dict[str, np.ndarray], split: Any) -> dict[str, np.ndarray]:
         """The cotangents the exact VJP is taken with (summed over replicas where each replica receives one)."""
         return cotangents

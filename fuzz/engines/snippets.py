@@ -215,7 +215,7 @@ def jax_snippet(subject: Any, case: Case, split: Split, cotangents: dict[str, np
         lines.append(f"out = {_as_outputs(contract, 'fn(*inputs)')}")
         for spec in contract.outputs:
             lines += [f"if str(out[{spec.name!r}].dtype) not in {allowed!r}:",
-                      f"    problems.append(f'{spec.name} has dtype {{out[{spec.name!r}].dtype}}')",
+                      f"    problems.append({spec.name + ' has dtype '!r} + str(out[{spec.name!r}].dtype))",
                       f"check({spec.name!r}, out[{spec.name!r}], EXPECTED_{spec.name.upper()}, "
                       f"TOLERANCE_{spec.name.upper()}, problems)"]
     else:

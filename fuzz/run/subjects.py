@@ -99,8 +99,9 @@ def function_subject(name: str, function: Callable[..., Any], framework: str, im
     adapter_name, mode = check_modes()[framework]
     adapter = available_adapter(adapter_name)
     contract = spec.bound_contract
+    wrap = adapter.wrap_text(mode, contract)
     return Subject(name, adapter.wrap(function, framework, contract), adapter, contract, import_lines, function_name,
-                   wrap=mode.wrap, precision=PRECISIONS[spec.precision], compiled=mode.wrap is not None,
+                   wrap=wrap, precision=PRECISIONS[spec.precision], compiled=wrap is not None,
                    masked_values=spec.masked_values)
 
 

@@ -116,6 +116,7 @@ class Framework:
     device_kinds: tuple[str, ...] = ("cpu",)  # every device it can ever have (devices() says which are here)
     compiler_errors: tuple[str, ...] = ()  # exception names its compiler raises when it fails on an input
     compiler_label: str = ""  # how a report names such a failure
+    compiles_per_shape: bool = False  # every new input shape compiles a program (seconds where shapes vary)
 
     # --- devices and native inputs --------------------------------------------------------------------
     @classmethod
@@ -173,6 +174,10 @@ class Framework:
     def wrap(self, fn: Callable, mode: str, contract: Contract) -> Callable:
         """`fn` as `check --framework mode` runs it (compiled, where the mode says so)."""
         return fn
+
+    def wrap_text(self, mode: CheckMode, contract: Contract) -> str | None:
+        """What `wrap` does, as Python with the function as {} (for snippets); None where it calls fn as it is."""
+        return mode.wrap
 
     def vjp(self, fn: Callable, inputs: Inputs, cotangents: dict[str, np.ndarray], contract: Contract,
             keywords: dict[str, Any] | None = None) -> VJP:

@@ -64,6 +64,7 @@ class JaxFramework(Framework):
     modes = (CheckMode("jax", "jax.jit({})"),)
     floor_name = "jax-sum"
     device_kinds = ("cpu", "cpu:1", "cuda")
+    compiles_per_shape = True  # jit, and eager ops too: XLA compiles each op for each new shape
 
     def __init__(self) -> None:
         import jax
@@ -152,8 +153,14 @@ class JaxFramework(Framework):
         return np.asarray(value).astype(np.float64)
 
     def wrap(self, fn: Callable, mode: str, contract: Contract) -> Callable:
-        # the contract's keyword arguments are Python ints (the step's normalizers): static, as a trainer's are
-        return self.jax.jit(fn, static_argnames=contract.keywords) if contract.keywords else self.jax.jit(fn)
+        # A per-chunk function's keywords are Python ints (the step's normalizers, new in every step): jit with them
+        # static would compile a program for each step's counts, which no JAX trainer does (it jits the step
+        # around the call), and traced they would not be Python ints. Such a function is called as it is: each
+        # op dispatched to its XLA kernel, compiled once per shape (the in-process engine buckets the shapes).
+        return fn if contract.keywords else self.jax.jit(fn)
+
+    def wrap_text(self, mode: CheckMode, contract: Contract) -> str | None:
+        return None if contract.keywords else mode.wrap
 
     def synchronize(self, value: Any) -> None:
         self.jax.block_until_ready(value)

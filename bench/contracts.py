@@ -1,0 +1,42 @@
+"""Which contracts the benchmarks time, and with which declared parameters.
+
+Only names and records here (reference/contracts.py and the registry's listing): nothing imports a framework,
+so `--contracts` and `--reduction` are checked at parse time, as the other selections.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from impls.registry import builtin_names
+from reference.contract import Contract
+from reference.contracts import CONTRACT_NAMES, get_contract
+
+# Every contract with single-process built-ins, in the suite's order: magnitude and reduction. The accumulation
+# contract's built-ins are per-chunk functions that an engine calls on each micro-batch or rank (registered as
+# sharded), so a single call of one is not the function's throughput: they are left out.
+BENCHMARKED: tuple[str, ...] = tuple(name for name in CONTRACT_NAMES if builtin_names(name))
+# The contract whose mode `--reduction` chooses (the rows run its default mode, token-mean, unless told).
+REDUCTION = "reduction"
+
+
+def canonical_mode(text: str) -> str:
+    """The reduction mode `text` names (an alias resolved); ValueError naming the choices, from the contract's
+    own Parameter."""
+    spec = next(spec for spec in get_contract(REDUCTION).parameters if spec.name == "mode")
+    return str(spec.value(text.strip()))
+
+
+def parameters_for(contract: str, mode: str | None = None) -> dict[str, Any]:
+    """The declared parameters a contract's rows run with: none for a contract without any; for the reduction,
+    `mode` (default: the contract's default) with the campaign's other settings for it (rows=all, and the
+    campaign's L_max for fixed length, which needs one: its value does not change what a call reads)."""
+    if contract != REDUCTION or mode is None:
+        return {}
+    menu = get_contract(REDUCTION).parameter_menu
+    return dict(next(entry for entry in menu if entry["mode"] == canonical_mode(mode)))
+
+
+def bench_contract(contract: str, mode: str | None = None) -> Contract:
+    """The bound contract a row of `contract` times (and whose bytes its floor reads)."""
+    return get_contract(contract, parameters_for(contract, mode))
