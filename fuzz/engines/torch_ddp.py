@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import traceback
+import warnings
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,9 @@ def rank_step(job: dict[str, Any], groups: Any, rank: int) -> dict[str, Any]:
     from fuzz.judge.verdict import call_safely
     from impls.frameworks import load_framework
 
+    # A rank with an empty micro-batch has a zero-size parameter slice, whose gradient strides torch warns about
+    # (a note on speed, printed past 100 columns on the user's terminal): nothing the function did.
+    warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
     adapter, case, split = load_framework("torch"), job["case"], job["split"]
     values = case.values[case.contract.differentiable_inputs[0].name]  # the per-token values: DDP's parameter
     try:
