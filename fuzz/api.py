@@ -5,8 +5,9 @@
                    max_examples=100, seed=0)
     report.raise_for_failures()   # AssertionError: the shrunk case and a runnable snippet
 
-The function runs in this process by default, each call under the time limit in a helper thread (an
-overrunning call is abandoned: it fails its cell, but keeps running in the background until it returns).
+The function runs in this process by default, each call under the time limit in one helper thread that serves
+the calls in turn (an overrunning call is abandoned with its thread: it fails its cell, but keeps running in the
+background until it returns).
 A segfault in-process takes the process down; `workers=N` runs the cells in N worker processes instead,
 as the command line does, for a function importable by its module and name.
 
