@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
+from fuzz.engines.split import TOKENS_PER_SHARD, padded_size
 from fuzz.judge.draws import BOOLEANS, Draw, choice, integers
 from reference.case import Case
 from reference.contract import ChunkedCall
@@ -118,14 +119,12 @@ def explain_combination(case: Case, split: ChunkSplit, combined: float) -> str |
 # The sizes a framework that compiles a program per input shape (JAX: even an un-jitted function's every op) sees:
 # each chunk's rows and width rounded up to one of these, so a cell compiles a few shapes, not one per example.
 BUCKET_ROWS = (1, 2, 4, 8, 16)
-BUCKET_WIDTHS = (16, 512, 4096)
+BUCKET_WIDTHS = TOKENS_PER_SHARD  # the shard_map engines' widths
 
 
 def _bucket(size: int, menu: tuple[int, ...]) -> int:
-    """`size` rounded up to the menu (past it, to a power of two); 0 stays 0: an empty chunk stays empty."""
-    if size == 0:
-        return 0
-    return next((entry for entry in menu if entry >= size), 1 << (size - 1).bit_length())
+    """`size` rounded up to the menu; 0 stays 0: an empty chunk stays empty."""
+    return padded_size(size, menu) if size else 0
 
 
 def bucketed_chunks(case: Case, split: ChunkSplit) -> tuple[Case, ChunkSplit]:

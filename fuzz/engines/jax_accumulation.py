@@ -46,9 +46,9 @@ from typing import Any
 import numpy as np
 
 from fuzz.engines.accumulation import EMPTY_CHUNK, Accumulation
-from fuzz.engines.chunks import ChunkSplit, chunk_weight, draw_chunks, explain_combination
+from fuzz.engines.chunks import BUCKET_ROWS, BUCKET_WIDTHS, ChunkSplit, chunk_weight, draw_chunks, explain_combination
 from fuzz.engines.judge import PADDING_NOT_ZERO
-from fuzz.engines.split import TOKENS_PER_SHARD
+from fuzz.engines.split import padded_size
 from fuzz.judge.draws import Draw
 from fuzz.judge.forward import compare_values
 from fuzz.judge.gradients import judge_gradients
@@ -58,17 +58,13 @@ from reference.case import Case
 
 AXIS = "data"  # the mesh worker's data axis: the data-parallel ranks
 RANK_KEYWORDS = ("step_masks", "axis_name", "accumulation_steps")  # what each call takes besides its inputs
-ROWS_PER_CHUNK = (1, 2, 4, 8, 16)  # every chunk's rows: the largest chunk's, rounded up (a step has at most 16)
-WIDTHS = TOKENS_PER_SHARD  # every chunk's padded width: the step's, rounded up
+ROWS_PER_CHUNK = BUCKET_ROWS  # every chunk's rows: the largest chunk's, rounded up (a step has at most 16)
+WIDTHS = BUCKET_WIDTHS  # every chunk's padded width: the step's, rounded up
 
 
 def rank_signature(contract: Any) -> str:
     """How the JAX rank form of a per-chunk function is called, in the contract's names."""
     return f"fn({', '.join(contract.input_names)}, *, {', '.join(RANK_KEYWORDS)})"
-
-
-def _size(largest: int, menu: tuple[int, ...]) -> int:
-    return next((size for size in menu if size >= largest), 1 << max(largest - 1, 0).bit_length())
 
 
 @dataclass(frozen=True)
@@ -87,7 +83,7 @@ def uniform_chunks(case: Case, split: ChunkSplit) -> tuple[Case, MeshChunks]:
     """The step with every chunk of `split` made the same number of rows: its own, then fully masked rows (values
     0, mask False) added to the step; and the split of that step."""
     sizes = [split.cuts[k + 1] - split.cuts[k] for k in range(split.chunks)]
-    rows = _size(max(max(sizes), 1), ROWS_PER_CHUNK)
+    rows = padded_size(max(max(sizes), 1), ROWS_PER_CHUNK)
     source = np.full(split.chunks * rows, -1, dtype=np.int64)  # the original row of each new row, -1 if added
     for k, size in enumerate(sizes):
         source[k * rows:k * rows + size] = np.arange(split.cuts[k], split.cuts[k + 1])
@@ -106,7 +102,7 @@ def uniform_chunks(case: Case, split: ChunkSplit) -> tuple[Case, MeshChunks]:
     padded = case.with_(**values)
     tokens = padded.shape[1]
     return padded, MeshChunks(split.ranks, split.steps, tuple(range(0, split.chunks * rows + 1, rows)),
-                              (tokens,) * split.chunks, _size(tokens, WIDTHS))
+                              (tokens,) * split.chunks, padded_size(tokens, WIDTHS))
 
 
 class JaxAccumulation(Accumulation):

@@ -127,7 +127,8 @@ ROWS_PER_SHARD = (32,)
 TOKENS_PER_SHARD = (16, 512, 4096)
 
 
-def _padded_size(largest: int, menu: tuple[int, ...]) -> int:
+def padded_size(largest: int, menu: tuple[int, ...]) -> int:
+    """`largest` rounded up to the menu (past it, to a power of two)."""
     return next((size for size in menu if size >= largest), 1 << max(largest - 1, 0).bit_length())
 
 
@@ -162,9 +163,9 @@ def pad_for_shard_map(case: Case, split: Split) -> Padded:
     """Every shard padded to one size (from the menus above): its real tokens first, then masked tokens (NaN per
     token values); real rows first, then fully masked rows (0 per-row values). Uneven and empty shards stay
     uneven and empty in what they hold."""
-    rows_per = _padded_size(max(split.row_cuts[d + 1] - split.row_cuts[d] for d in range(split.data)),
+    rows_per = padded_size(max(split.row_cuts[d + 1] - split.row_cuts[d] for d in range(split.data)),
                             ROWS_PER_SHARD)
-    tokens_per = _padded_size(max(split.token_cuts[q + 1] - split.token_cuts[q] for q in range(split.sequence)),
+    tokens_per = padded_size(max(split.token_cuts[q + 1] - split.token_cuts[q] for q in range(split.sequence)),
                               TOKENS_PER_SHARD)
     row_index = np.concatenate([d * rows_per + np.arange(split.rows(d).stop - split.rows(d).start)
                                 for d in range(split.data)]).astype(np.int64)

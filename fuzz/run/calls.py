@@ -65,8 +65,7 @@ class ThreadWatcher(Watcher):
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self._inbox: queue.SimpleQueue | None = None  # the serving thread's, None until a call (or after a hang)
-        self._server: int | None = None  # that thread's ident
-        self._thread: threading.Thread | None = None
+        self._thread: threading.Thread | None = None  # the thread serving it
 
     def _start(self) -> queue.SimpleQueue:
         inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -82,7 +81,7 @@ class ThreadWatcher(Watcher):
 
         thread = threading.Thread(target=serve, name="lossnorm-fuzz call", daemon=True)
         thread.start()
-        self._server, self._thread = thread.ident, thread
+        self._thread = thread
         weakref.finalize(self, inbox.put, None)  # the watcher gone, its idle thread ends
         return inbox
 
@@ -91,7 +90,7 @@ class ThreadWatcher(Watcher):
         if self._inbox is not None:
             self._inbox.put(None)
             self._thread.join()
-        self._inbox = self._server = None
+        self._inbox = self._thread = None
 
     def __enter__(self) -> ThreadWatcher:
         return self
@@ -100,14 +99,14 @@ class ThreadWatcher(Watcher):
         self.close()
 
     def run(self, call: Call, thunk: Callable[[], Any]) -> Any:
-        if threading.get_ident() == self._server:  # a call made by a call runs inside it, as it would unwatched
+        if self._thread is threading.current_thread():  # a call made by a call runs inside it, as it would unwatched
             return thunk()
         if self._inbox is None:
             self._inbox = self._start()
         done, outcome = threading.Event(), {}
         self._inbox.put((thunk, done, outcome))
         if not done.wait(self.timeout):
-            self._inbox = self._server = None  # that thread is still in the call: leave it to it
+            self._inbox = self._thread = None  # that thread is still in the call: leave it to it
             raise CallTimedOut(call, self.timeout)
         if "error" in outcome:
             raise outcome["error"]
