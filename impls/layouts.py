@@ -46,15 +46,17 @@ def _strides_and_extent(layout: str, shape: tuple[int, ...]) -> tuple[tuple[int,
     return strides, offset, offset + (0 if layout == "negative-strides" else span) + 1
 
 
+def _rows_equal(values: np.ndarray) -> bool:
+    return values.size == 0 or np.array_equal(values, np.broadcast_to(values[:1], values.shape),
+                                              equal_nan=values.dtype != np.bool_)
+
+
 def strided_view(values: np.ndarray, layout: str, poison: object) -> StridedView:
     """Lay `values` out as `layout` in a fresh 1-D buffer (of values' dtype) filled with `poison`."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     strides, offset, size = _strides_and_extent(layout, values.shape)
-    rows_equal = values.size == 0 or np.array_equal(
-        values, np.broadcast_to(values[:1], values.shape), equal_nan=values.dtype != np.bool_
-    )
-    if layout == "expanded" and not rows_equal:
+    if layout == "expanded" and not _rows_equal(values):
         raise ValueError("the expanded layout needs values that are equal along the batch axis")
     buffer = np.full(size, poison, dtype=values.dtype)
     if values.size:

@@ -57,9 +57,7 @@ class Case:
             if not np.array_equal(round_to(value, dtype), value, equal_nan=True):
                 raise ValueError(f"{spec.name} holds values that are not exactly representable in {dtype}")
             values[spec.name] = value
-        for name, value in (("contract", contract), ("values", values), ("dtype", dtype), ("layout", layout),
-                            ("device", device), ("story", tuple(story))):
-            object.__setattr__(self, name, value)
+        _fill(self, contract, values, dtype, layout, device, story)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("a Case is immutable: make another with .with_(...)")
@@ -95,10 +93,32 @@ class Case:
         """A copy with some inputs (by name) or attributes (dtype, layout, device, story, contract) changed."""
         contract = changes.pop("contract", self.contract)
         attributes = {key: changes.pop(key, getattr(self, key)) for key in ("dtype", "layout", "device", "story")}
+        if not changes and attributes["dtype"] == self.dtype and _kinds(contract) == _kinds(self.contract):
+            return _checked(contract, self.values, **attributes)  # the same values: already checked
         values: Mapping[str, Any] = {**self.values, **changes}
         return Case(contract=contract, **attributes, **values)
 
 
+def _kinds(contract: Any) -> tuple[tuple[str, str], ...]:
+    return tuple((spec.name, spec.kind) for spec in contract.inputs)
+
+
+def _checked(contract: Any, values: dict[str, np.ndarray], dtype: str, layout: str, device: str,
+             story: tuple[tuple[str, object], ...]) -> Case:
+    """A Case of values a Case already checked (converted, and representable in `dtype`), without checking
+    them again: the fuzzer derives several cases from each drawn one."""
+    case = object.__new__(Case)
+    _fill(case, contract, values, dtype, layout, device, story)
+    return case
+
+
+def _fill(case: Case, contract: Any, values: dict[str, np.ndarray], dtype: str, layout: str, device: str,
+          story: tuple[tuple[str, object], ...]) -> None:
+    for name, value in (("contract", contract), ("values", values), ("dtype", dtype), ("layout", layout),
+                        ("device", device), ("story", tuple(story))):
+        object.__setattr__(case, name, value)
+
+
 def _rebuild(contract: Any, values: dict[str, np.ndarray], dtype: str, layout: str, device: str,
              story: tuple[tuple[str, object], ...]) -> Case:
-    return Case(contract=contract, dtype=dtype, layout=layout, device=device, story=story, **values)
+    return _checked(contract, values, dtype, layout, device, story)  # a pickled Case: checked where it was made

@@ -23,7 +23,7 @@ from hypothesis import target
 
 from fuzz.engines.registry import Engine, engine_named
 from fuzz.engines.torch_ranks import RankFailure
-from fuzz.judge.draws import draw_cotangents
+from fuzz.judge.draws import draw_cotangents, drawer
 from fuzz.judge.subject import Subject
 from fuzz.judge.verdict import Verdict
 from fuzz.report.results import Bug, CellResult
@@ -86,8 +86,10 @@ class _Failing:
 
 
 def _labelled(data: st.DataObject, story: list[tuple[str, object]]) -> Any:
+    choose = drawer(data)
+
     def draw(strategy: st.SearchStrategy, label: str) -> Any:
-        value = data.draw(strategy, label=label)
+        value = choose(strategy, label)
         story.append((label, value))
         return value
 

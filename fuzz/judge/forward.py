@@ -13,7 +13,7 @@ from fuzz.judge.outputs import ReadBack, check_outputs, modified_inputs
 from fuzz.judge.verdict import FORWARD_OVERFLOW, NON_FINITE, Verdict, call_safely, out_of_tolerance, same_bits
 from impls.frameworks import Framework
 from reference.case import Case
-from reference.exact import exact_results
+from reference.exact import exact_results, exact_tolerance
 from reference.tolerance import CONTRACT, Precision, error_ratio, ulp_error
 
 
@@ -21,7 +21,7 @@ def compare_values(got: ReadBack, case: Case, precision: Precision) -> Verdict:
     """Values within the tolerance model, and finite wherever the exact results are (a non-finite value where
     an exact intermediate exceeds the dtype's range is named as that overflow)."""
     contract, expected, verdict = case.contract, exact_results(case), Verdict()
-    tol = contract.tolerance(expected, case.dtype, precision)
+    tol = exact_tolerance(case, precision)
     scales = contract.ulp_scales(expected)  # the magnitudes the sums work at (see ulp_error)
     for key, want in expected.outputs().items():
         value = got.values[key]

@@ -13,7 +13,7 @@ from fuzz.judge.forward import check_forward_values
 from fuzz.judge.verdict import Verdict
 from reference.case import Case
 from reference.contract import Comparison
-from reference.exact import exact_results
+from reference.exact import exact_results, exact_tolerance
 from reference.tolerance import CONTRACT, Precision, error_ratio
 
 
@@ -58,7 +58,7 @@ def check_relation(relation: str, subject: Any, case: Case, values: dict[str, np
         results.append(got.values)
 
     def tolerance_of(other: Case) -> dict[str, np.ndarray]:
-        return other.contract.tolerance(exact_results(other), other.dtype, precision)
+        return exact_tolerance(other, precision)
 
     for comparison in spec.compare(case, values, derived, tuple(results), tolerance_of):
         verdict.merge(_compare(relation, comparison))
@@ -69,7 +69,7 @@ def check_invariants(case: Case, values: dict[str, np.ndarray], precision: Preci
     """Every invariant of the case's contract on one call's values (bounds its results must respect)."""
     contract, verdict = case.contract, Verdict()
     expected = exact_results(case)
-    tol = contract.tolerance(expected, case.dtype, precision)
+    tol = exact_tolerance(case, precision)
     for invariant in contract.invariants:
         failure = invariant.check(case, expected, values, tol)
         if failure is not None:

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from fuzz.judge.draws import choice, draw_case
+from fuzz.judge.draws import choice, draw_case, drawer
 from fuzz.judge.example import check_example
 from fuzz.judge.gradients import gradient_example
 from fuzz.judge.subject import Subject
@@ -87,7 +87,7 @@ def contract_label(subject: Subject) -> str:
 
 def forward_example(subject: Subject, case: Case, data: st.DataObject) -> Verdict:
     """One forward example: the case, and one of its contract's relations."""
-    relation = data.draw(choice(subject.relations(case.contract)), label="metamorphic relation")
+    relation = drawer(data)(choice(subject.relations(case.contract)), "metamorphic relation")
     return check_example(subject, case, relation)
 
 
@@ -104,12 +104,12 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
     @hypothesis_settings(max_examples)
     @given(st.data())
     def property_holds(data: st.DataObject) -> None:
-        contract = subject.contract
+        contract, draw = subject.contract, drawer(data)
         if subject.draws_parameters:  # a built-in fuzzed in every mode: one drawn per example
             menu = contract.parameter_menu
-            index = data.draw(choice(tuple(range(len(menu)))), label="declared parameters")
+            index = draw(choice(tuple(range(len(menu)))), "declared parameters")
             contract = get_contract(contract.name, menu[index])
-        case = draw_case(lambda strategy, label: data.draw(strategy, label=label), dtypes=[dtype], layouts=layouts,
+        case = draw_case(draw, dtypes=[dtype], layouts=layouts,
                          devices=[device], contract=contract, masked_values=subject.masked_values, emphasis=emphasis)
         if contract.bound:
             case = case.with_(story=((contract.name, contract.parameters_text), *case.story))
