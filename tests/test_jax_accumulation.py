@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fuzz.engines.chunks import BUCKET_ROWS, BUCKET_WIDTHS, SHAPES, bucketed_chunks, chunk_case, draw_chunks
-from fuzz.engines.jax_accumulation import ROWS_PER_CHUNK, WIDTHS, uniform_chunks
+from fuzz.engines.jax_accumulation import uniform_chunks
 from fuzz.engines.torch_ranks import TIMEOUT_VARIABLE
 from fuzz.judge.draws import cases
 from reference.contracts import get_contract
@@ -64,7 +64,7 @@ def test_every_micro_batch_gets_one_shape_of_rows_of_the_step(data, case):
     drawn_case, drawn = draw_chunks(lambda strategy, label: data.draw(strategy, label=label), case, shape)
     padded, split = uniform_chunks(drawn_case, drawn)
     rows = split.rows_per_chunk
-    assert rows in ROWS_PER_CHUNK and split.width in WIDTHS and split.width >= padded.shape[1]
+    assert rows in BUCKET_ROWS and split.width in BUCKET_WIDTHS and split.width >= padded.shape[1]
     assert split.cuts == tuple(range(0, split.chunks * rows + 1, rows)) and padded.shape[0] == split.chunks * rows
     for k in range(split.chunks):
         original, now = chunk_case(drawn_case, drawn, k), chunk_case(padded, split, k)

@@ -58,8 +58,6 @@ from reference.case import Case
 
 AXIS = "data"  # the mesh worker's data axis: the data-parallel ranks
 RANK_KEYWORDS = ("step_masks", "axis_name", "accumulation_steps")  # what each call takes besides its inputs
-ROWS_PER_CHUNK = BUCKET_ROWS  # every chunk's rows: the largest chunk's, rounded up (a step has at most 16)
-WIDTHS = BUCKET_WIDTHS  # every chunk's padded width: the step's, rounded up
 
 
 def rank_signature(contract: Any) -> str:
@@ -83,7 +81,7 @@ def uniform_chunks(case: Case, split: ChunkSplit) -> tuple[Case, MeshChunks]:
     """The step with every chunk of `split` made the same number of rows: its own, then fully masked rows (values
     0, mask False) added to the step; and the split of that step."""
     sizes = [split.cuts[k + 1] - split.cuts[k] for k in range(split.chunks)]
-    rows = padded_size(max(max(sizes), 1), ROWS_PER_CHUNK)
+    rows = padded_size(max(max(sizes), 1), BUCKET_ROWS)  # the largest chunk's (a step has at most 16)
     source = np.full(split.chunks * rows, -1, dtype=np.int64)  # the original row of each new row, -1 if added
     for k, size in enumerate(sizes):
         source[k * rows:k * rows + size] = np.arange(split.cuts[k], split.cuts[k + 1])
@@ -102,7 +100,7 @@ def uniform_chunks(case: Case, split: ChunkSplit) -> tuple[Case, MeshChunks]:
     padded = case.with_(**values)
     tokens = padded.shape[1]
     return padded, MeshChunks(split.ranks, split.steps, tuple(range(0, split.chunks * rows + 1, rows)),
-                              (tokens,) * split.chunks, padded_size(tokens, WIDTHS))
+                              (tokens,) * split.chunks, padded_size(tokens, BUCKET_WIDTHS))
 
 
 class JaxAccumulation(Accumulation):

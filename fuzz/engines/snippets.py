@@ -14,7 +14,7 @@ from fuzz.engines.judge import summed_over_replicas
 from fuzz.engines.split import Padded, Split, pad_cotangents, pad_for_shard_map
 from fuzz.report.snippet import bool_literal, failure_comments, literal
 from reference.case import Case
-from reference.exact import exact_results
+from reference.exact import exact_results, exact_tolerance
 
 
 def _header(subject: Any, case: Case, failures: list[str], how: str) -> list[str]:
@@ -41,7 +41,7 @@ def _expected_lines(subject: Any, case: Case, cotangents: dict[str, np.ndarray] 
     """Exact values and tolerances of `case`; with `padded`, placed where its rows and tokens went (padded
     positions: exactly 0, tolerance 0)."""
     contract, expected = case.contract, exact_results(case)
-    tol = contract.tolerance(expected, case.dtype, subject.precision)
+    tol = exact_tolerance(case, subject.precision)
 
     def place(values: np.ndarray, dims: tuple[str, ...]) -> np.ndarray:
         return values if padded is None else padded.place(np.asarray(values, dtype=np.float64), dims)
@@ -249,7 +249,7 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
     contract, expected = case.contract, exact_results(case)
     syntax = adapter_class(subject.adapter.name).snippet_syntax(case)
     keywords, weight = step_keywords(case, split), chunk_weight(case, split)
-    tol = contract.tolerance(expected, case.dtype, subject.precision)
+    tol = exact_tolerance(case, subject.precision)
     output = contract.outputs[0].name
     lines = [
         f"# Counterexample found by `python -m fuzz check --accumulation`: {split.ranks} ranks x {split.steps} "
@@ -324,7 +324,7 @@ def ddp_snippet(subject: Any, case: Case, split: Any, cotangents: dict[str, np.n
     contract, expected = case.contract, exact_results(case)
     weight, output = chunk_weight(case, split), contract.outputs[0].name
     values_name = contract.differentiable_inputs[0].name  # the per-token values: the DDP module's parameter
-    tol = contract.tolerance(expected, case.dtype, subject.precision)
+    tol = exact_tolerance(case, subject.precision)
     averaged = contract.chunked.ranks_averaged(contract.bound)
     scale = weight * (split.ranks if averaged else 1.0)
     lines = [
@@ -424,7 +424,7 @@ def jax_accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: d
     contract, expected = case.contract, exact_results(case)
     weight, output = chunk_weight(case, split), contract.outputs[0].name
     values_name = contract.differentiable_inputs[0].name
-    tol = contract.tolerance(expected, case.dtype, subject.precision)
+    tol = exact_tolerance(case, subject.precision)
     averaged = contract.chunked.ranks_averaged(contract.bound)
     scale = weight * (split.ranks if averaged else 1.0)
     builtin = bool(subject.key) and subject.key[0] == "builtin"

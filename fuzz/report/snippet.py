@@ -18,7 +18,7 @@ from impls.frameworks import SnippetSyntax, adapter_class
 from impls.layouts import numpy_writeable, strided_view
 from reference.case import Case
 from reference.dtypes import numpy_dtype
-from reference.exact import exact_results
+from reference.exact import exact_results, exact_tolerance
 from reference.tolerance import PRECISIONS
 
 
@@ -136,7 +136,7 @@ def _forward_lines(syntax: SnippetSyntax, source: SnippetSource, case: Case) -> 
     names = list(contract.input_names)
     arguments = ", ".join(names)
     expected = exact_results(case)
-    tol = contract.tolerance(expected, case.dtype, PRECISIONS[source.precision])
+    tol = exact_tolerance(case, PRECISIONS[source.precision])
     lines = [
         f"inputs_before = [as_float64(x) for x in ({arguments},)]",
         # torch counts in-place writes: one that changes nothing (an empty tensor, an equal value) shows there
