@@ -33,8 +33,8 @@ from fuzz.run.subjects import (
     build_subject,
     declared_contract,
 )
-from fuzz.run.workers import default_jobs, run_cells
-from impls.frameworks import prepare_process
+from fuzz.run.workers import Workers, default_jobs, run_cells
+from impls.frameworks import FRAMEWORK_NAMES, check_modes, prepare_process
 from impls.registry import builtin_names, get_implementation
 from reference.contracts import CONTRACT_NAMES, get_contract
 from reference.dtypes import DTYPE_NAMES
@@ -396,9 +396,11 @@ def check_tasks(args: argparse.Namespace) -> list[CellTask]:
     return tasks
 
 
-def run_check(args: argparse.Namespace) -> list[CellResult]:
-    """Run a parsed `check` command's cells; raises LoadError when the target does not load."""
-    return run_cells(check_tasks(args), jobs=args.jobs, fail_fast=args.fail_fast, timeout=args.timeout)
+def run_check(args: argparse.Namespace, started: Workers | None = None) -> list[CellResult]:
+    """Run a parsed `check` command's cells (in `started` workers first); raises LoadError when the target does
+    not load."""
+    return run_cells(check_tasks(args), jobs=args.jobs, fail_fast=args.fail_fast, timeout=args.timeout,
+                     started=started)
 
 
 def check(args: argparse.Namespace) -> int:
@@ -412,6 +414,11 @@ def check(args: argparse.Namespace) -> int:
         print("error: --ranks runs a per-chunk loss on data-parallel ranks (torch.distributed under DDP, or "
               "jax.shard_map): it needs --accumulation and --framework torch or jax", file=sys.stderr)
         return USAGE_ERROR
+    # The workers start first: their imports overlap this process's loading of the target (each imports the
+    # function's frameworks, seconds with torch); they are stopped unused if the target does not load.
+    engine = args.sharded or (RANKS_ENGINES.get(args.framework) if args.ranks else None)
+    framework = engine_named(engine).framework if engine else check_modes().get(args.framework, ("",))[0]
+    workers = Workers(tuple(name for name in (framework,) if name in FRAMEWORK_NAMES)).start(args.jobs)
     try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
         if not args.sharded and not args.ranks:
             adapter = build_subject(check_spec(args, args.framework)).adapter
@@ -419,10 +426,12 @@ def check(args: argparse.Namespace) -> int:
                 print(f"error: --gradients needs autograd, and {args.framework} has none", file=sys.stderr)
                 return USAGE_ERROR
         started = time.perf_counter()
-        results = run_check(args)
+        results = run_check(args, workers)
     except LoadError as error:
         print(f"error: {error}", file=sys.stderr)
         return USAGE_ERROR
+    finally:
+        workers.close()
     elapsed = time.perf_counter() - started
     how = f"sharded over {args.sharded} meshes" if args.sharded else args.framework
     contract = check_spec(args, args.framework or "").bound_contract

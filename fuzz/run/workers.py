@@ -33,6 +33,7 @@ from fuzz.run.interrupted import CRASH, TIMEOUT, died, interrupted_cell, timed_o
 from fuzz.run.plan import CellTask
 from fuzz.run.subjects import build_subject, snippet_source
 from impls.cores import usable_cores
+from impls.frameworks import load_framework
 
 
 class WorkerError(RuntimeError):
@@ -70,11 +71,14 @@ class PipeWatcher(Watcher):
             self.connection.send(("return", None))
 
 
-def _worker_main(connection: Connection, storage: str) -> None:
+def _worker_main(connection: Connection, storage: str, frameworks: tuple[str, ...]) -> None:
     # Hypothesis writes caches (the constants it mines from source files) under its storage directory,
     # `.hypothesis/` in the current directory by default: keep them in the run's temporary directory.
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = storage
     connection.send(("ready", None))  # started: what fails after this is a cell's business
+    for name in frameworks:  # imported while the parent still plans; a failing import is the first cell's to report
+        with contextlib.suppress(Exception):
+            load_framework(name)
     watcher = PipeWatcher(connection)
     while True:
         task = connection.recv()
@@ -92,9 +96,10 @@ def _worker_main(connection: Connection, storage: str) -> None:
 class _Worker:
     """The parent's view of one worker process and the cell it runs."""
 
-    def __init__(self, context: Any, storage: str) -> None:
+    def __init__(self, context: Any, storage: str, frameworks: tuple[str, ...] = ()) -> None:
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child, storage), name="lossnorm-fuzz worker")
+        self.process = context.Process(target=_worker_main, args=(child, storage, frameworks),
+                                       name="lossnorm-fuzz worker")
         self.process.start()
         child.close()
         self.index: int | None = None
@@ -104,11 +109,14 @@ class _Worker:
         self.call_started: float | None = None
         self.cell_started = 0.0
         self.ready = False  # it started and said so; one that dies before that never ran a cell
+        self.used = False  # it was given a cell
 
     def assign(self, index: int, task: CellTask) -> None:
         self.index, self.task, self.source, self.call, self.call_started = index, task, None, None, None
+        self.used = True
         self.cell_started = time.monotonic()
-        self.connection.send(task)
+        with contextlib.suppress(OSError):  # it died before its first cell: the wait reports how (not_started)
+            self.connection.send(task)
 
     def stop(self) -> None:
         if self.process.is_alive():
@@ -127,47 +135,74 @@ def _failed(worker: _Worker, failure: str, kind: str, call: Call | None) -> Cell
                             contract=task.subject.bound_contract.label)
 
 
+class Workers:
+    """The worker processes of one run, which may be started before its cells are known: a worker's imports (2 to
+    4 s with torch) then overlap the parent's own loading of the target, which imports the same frameworks.
+    Each imports `frameworks` (adapter names) as soon as it starts, not when its first cell arrives.
+    `run_cells` stops them when it ends; `close` stops them where it never ran (the target did not load)."""
+
+    def __init__(self, frameworks: tuple[str, ...] = ()) -> None:
+        self.context = multiprocessing.get_context("spawn")
+        self._storage = tempfile.TemporaryDirectory(prefix="lossnorm-fuzz-")
+        self.frameworks = frameworks
+        self.started: list[_Worker] = []
+
+    def start(self, count: int) -> Workers:
+        while len(self.started) < count:
+            self.started.append(self.new())
+        return self
+
+    def new(self) -> _Worker:
+        return _Worker(self.context, self._storage.name, self.frameworks)
+
+    def close(self) -> None:
+        finishing = [worker for worker in self.started if worker.used and worker.task is None]
+        for worker in finishing:
+            if worker.process.is_alive():
+                with contextlib.suppress(OSError):  # a clean exit lets the worker flush its output
+                    worker.connection.send(None)
+        for worker in finishing:
+            worker.process.join(timeout=5)
+        for worker in self.started:  # the others: busy with an abandoned cell, or never given one (still importing)
+            worker.stop()
+        self.started = []
+        self._storage.cleanup()
+
+
 def run_cells(tasks: Sequence[CellTask], *, jobs: int, fail_fast: bool = False, timeout: float = DEFAULT_TIMEOUT,
-              priority: Callable[[CellTask], int] = lambda task: 0) -> list[CellResult]:
-    """Every task's result, in the tasks' order, each cell run in a worker process (at most `jobs` of them).
-    Higher `priority` starts first (the slow cells first, so no worker is left with a long one at the end).
-    A call of the function that runs longer than `timeout` seconds fails its cell. With `fail_fast`, stop at
-    the first failing cell to finish: the results so far are returned and the cells still running are
-    abandoned. Raises WorkerError if the harness itself failed in a worker."""
+              priority: Callable[[CellTask], int] = lambda task: 0, started: Workers | None = None) -> list[CellResult]:
+    """Every task's result, in the tasks' order, each cell run in a worker process (at most `jobs` of them; those
+    of `started` first, and then stopped with the others). Higher `priority` starts first (the slow cells first,
+    so no worker is left with a long one at the end). A call of the function that runs longer than `timeout`
+    seconds fails its cell. With `fail_fast`, stop at the first failing cell to finish: the results so far are
+    returned and the cells still running are abandoned. Raises WorkerError if the harness itself failed in a
+    worker."""
     pending = deque(sorted(range(len(tasks)), key=lambda i: -priority(tasks[i])))
     done: dict[int, CellResult] = {}
-    context = multiprocessing.get_context("spawn")
-    workers: list[_Worker] = []
-    with tempfile.TemporaryDirectory(prefix="lossnorm-fuzz-") as storage:
-        try:
-            while pending or any(worker.task for worker in workers):
-                for worker in workers:
-                    if worker.task is None and pending:
-                        index = pending.popleft()
-                        worker.assign(index, tasks[index])
-                while pending and len(workers) < min(jobs, len(tasks)):
-                    workers.append(_Worker(context, storage))
+    pool = started or Workers()
+    workers = pool.started  # the live workers: one that died is replaced by a fresh one
+    try:
+        while pending or any(worker.task for worker in workers):
+            for worker in workers:
+                if worker.task is None and pending:
                     index = pending.popleft()
-                    workers[-1].assign(index, tasks[index])
-                finished = _wait_for_news(workers, timeout)
-                for worker, result in finished:
-                    assert worker.index is not None
-                    done[worker.index] = result
-                    worker.index = worker.task = None
-                    if not worker.process.is_alive():
-                        worker.stop()
-                        workers.remove(worker)
-                if fail_fast and any(not result.ok for _, result in finished):
-                    break
-        finally:
-            for worker in workers:
-                if worker.task is None and worker.process.is_alive():
-                    with contextlib.suppress(OSError):  # a clean exit lets the worker flush its output
-                        worker.connection.send(None)
-            for worker in workers:
-                if worker.task is None:
-                    worker.process.join(timeout=5)
-                worker.stop()
+                    worker.assign(index, tasks[index])
+            while pending and len(workers) < min(jobs, len(tasks)):
+                workers.append(pool.new())
+                index = pending.popleft()
+                workers[-1].assign(index, tasks[index])
+            finished = _wait_for_news(workers, timeout)
+            for worker, result in finished:
+                assert worker.index is not None
+                done[worker.index] = result
+                worker.index = worker.task = None
+                if not worker.process.is_alive():
+                    worker.stop()
+                    workers.remove(worker)
+            if fail_fast and any(not result.ok for _, result in finished):
+                break
+    finally:
+        pool.close()
     return [done[i] for i in sorted(done)]
 
 
