@@ -34,7 +34,7 @@ from fuzz.run.subjects import (
     declared_contract,
 )
 from fuzz.run.workers import Workers, default_jobs, run_cells
-from impls.frameworks import FRAMEWORK_NAMES, check_modes, prepare_process
+from impls.frameworks import check_modes, prepare_process
 from impls.registry import builtin_names, get_implementation
 from reference.contracts import CONTRACT_NAMES, get_contract
 from reference.dtypes import DTYPE_NAMES
@@ -416,9 +416,10 @@ def check(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     # The workers start first: their imports overlap this process's loading of the target (each imports the
     # function's frameworks, seconds with torch); they are stopped unused if the target does not load.
-    engine = args.sharded or (RANKS_ENGINES.get(args.framework) if args.ranks else None)
-    framework = engine_named(engine).framework if engine else check_modes().get(args.framework, ("",))[0]
-    workers = Workers(tuple(name for name in (framework,) if name in FRAMEWORK_NAMES)).start(args.jobs)
+    # (argparse and the checks above leave a --framework choice, or an engine that has an adapter)
+    engine = args.sharded or (RANKS_ENGINES[args.framework] if args.ranks else None)
+    framework = engine_named(engine).framework if engine else check_modes()[args.framework][0]
+    workers = Workers((framework,)).start(args.jobs)
     try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
         if not args.sharded and not args.ranks:
             adapter = build_subject(check_spec(args, args.framework)).adapter
