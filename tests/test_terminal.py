@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from fuzz.report.results import Bug, CellResult
-from fuzz.report.terminal import WIDTH, bugs, summary
+from fuzz.report.terminal import WIDTH, bugs, progress_line, summary
 from reference.case import Case
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +59,28 @@ def test_long_names_and_messages_are_wrapped_or_elided():
     lines = summary([cell]) + bugs([cell])
     assert [line for line in lines if len(line) > WIDTH] == []
     assert "print('fits')" in lines  # a snippet that fits is printed whole
+
+
+def _progress(subject: str, contract: str, dtype: str, row: str) -> str:
+    cell = CellResult(subject, "cpu", dtype, row, examples=20, seconds=4.9)
+    cell.contract, cell.worst, cell.worst_ulps = contract, 0.0624, 0.333
+    return progress_line(row, cell, "cpu", dtype)
+
+
+def test_a_progress_line_gives_up_the_contract_label_before_where_the_cell_ran():
+    lines = {
+        "plain": _progress("numpy", "magnitude", "float32", "forward"),
+        "mode": _progress("torch-triton", "reduction (every mode)", "bfloat16", "gradients"),
+        "split": _progress("jax-jit", "accumulation (every mode)", "bfloat16", "micro-batches R4xG1 gradients"),
+        "ranks": _progress("torch-ddp", "accumulation (every mode)", "float16", "DDP ranks R2xG2 gradients"),
+        "long name": _progress("z" * 150, "magnitude", "float64", "forward"),
+    }
+    assert all(len(line) <= WIDTH for line in lines.values()), lines
+    assert "| magnitude | cpu float32 | forward  20 ex, 0.0624, 0.333 ulp, 4.9 s" in lines["plain"]
+    assert "torch-triton | reduction | cpu bfloat16 | gradients  20 ex" in lines["mode"]
+    assert "jax-jit | cpu bfloat16 | micro-batches R4xG1 gradients  20 ex" in lines["split"]
+    assert "torch-ddp | cpu float16 | DDP ranks R2xG2 gradients  20 ex" in lines["ranks"]
+    assert "..." in lines["long name"] and "| cpu float64 | forward  20 ex" in lines["long name"]
 
 
 def test_a_snippet_of_large_inputs_goes_to_a_file(tmp_path):

@@ -39,11 +39,17 @@ def wrap(text: str, indent: str = "", more: str = "    ") -> list[str]:
 
 
 def progress_line(row: str, cell: CellResult, device: str, dtype: str) -> str:
-    """One cell as it finishes: verdict, where, examples, worst err/tol and ulps, seconds."""
+    """One cell as it finishes: verdict, where, examples, worst err/tol and ulps, seconds. Where the line would
+    be too wide, the contract's label gives way first (its mode and parameters, then its name: the summary's
+    headings have it whole), so the implementation, device, dtype and check show whole wherever they fit."""
     status = "ok  " if cell.ok else "FAIL"
     tail = f"  {cell.examples} ex, {cell.worst:.3g}, {cell.worst_ulps:.3g} ulp, {cell.seconds:.1f} s"
-    where = f"{cell.subject} | {cell.contract} | {device} {dtype} | {row}"
-    return f"  {status} {fit(where, WIDTH - len(tail) - 7)}{tail}"
+    room = WIDTH - len(tail) - 7
+    labels = (cell.contract, cell.contract.split(" (", 1)[0], None)
+    wheres = [" | ".join(part for part in (cell.subject, label, f"{device} {dtype}", row) if part is not None)
+              for label in labels]
+    where = next((where for where in wheres if len(where) <= room), wheres[-1])
+    return f"  {status} {fit(where, room)}{tail}"
 
 
 @dataclass
