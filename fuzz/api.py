@@ -30,7 +30,7 @@ from fuzz.report.terminal import bugs, joined, summary
 from fuzz.report.texts import for_terminal
 from fuzz.run.calls import DEFAULT_TIMEOUT, ThreadWatcher
 from fuzz.run.cell import fuzz_task
-from fuzz.run.plan import default_gradient_examples, plan_cells
+from fuzz.run.plan import default_gradient_examples, no_dtype_held, plan_cells
 from fuzz.run.subjects import (
     FRAMEWORK_CHOICES,
     MASKED_VALUES,
@@ -193,6 +193,8 @@ def check(
     adapter = available_adapter(check_modes()[framework][0]) if subject is None else subject.adapter
     if gradients and not (adapter.differentiable if subject is None else subject.has_gradients):
         raise ValueError(f"gradients=True needs autograd, and {framework} has none")
+    if reason := no_dtype_held(framework, dtypes, adapter.dtypes if subject is None else subject.supported_dtypes):
+        raise ValueError(f"dtypes: {reason}")
     if gradient_examples is None:
         gradient_examples = default_gradient_examples(max_examples, split=accumulation)
     if accumulation:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 import traceback
@@ -17,6 +18,7 @@ from fuzz.engines.registry import CHOICES as SHARDED_CHOICES
 from fuzz.engines.registry import RANKS_ENGINES, engine_named
 from fuzz.engines.torch_ddp import rank_signature
 from fuzz.loader import LoadError, load_target
+from fuzz.report.closed_stdout import tolerate_a_closed_stdout
 from fuzz.report.data import report_data
 from fuzz.report.files import unwritable_reason, write_json
 from fuzz.report.html import write_html
@@ -24,7 +26,7 @@ from fuzz.report.matrix import render_matrix
 from fuzz.report.results import CellResult
 from fuzz.report.terminal import bugs, joined, summary, wrap
 from fuzz.run.calls import DEFAULT_TIMEOUT
-from fuzz.run.plan import CellTask, default_gradient_examples, plan_cells
+from fuzz.run.plan import CellTask, default_gradient_examples, no_dtype_held, plan_cells
 from fuzz.run.subjects import (
     FRAMEWORK_CHOICES,
     MASKED_VALUES,
@@ -46,6 +48,7 @@ ALL_BUILTINS = tuple(dict.fromkeys(name for contract in CONTRACT_NAMES for shard
 COUNTEREXAMPLE = 1
 USAGE_ERROR = 2
 INTERNAL_ERROR = 3
+INTERRUPTED = 130  # Ctrl-C, as a shell reports a process that SIGINT ended
 
 
 def _csv(choices: Sequence[str], what: str):
@@ -97,14 +100,13 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> None:
+def _common_options(parser: argparse.ArgumentParser, examples_help: str, gradient_examples_help: str) -> None:
     jobs = default_jobs()
     parser.add_argument("--dtypes", type=_csv(DTYPE_NAMES, "--dtypes"), default=list(DTYPE_NAMES),
                         help="comma-separated dtypes (default: all four)")
     parser.add_argument("--devices", type=_csv(("cpu", "cpu:1", "cuda"), "--devices"), default=None,
                         help="comma-separated devices (default: every device the framework sees)")
-    parser.add_argument("--max-examples", type=_positive_int, default=default_examples,
-                        help=f"Hypothesis examples per (device, dtype) cell (default {default_examples})")
+    parser.add_argument("--max-examples", type=_positive_int, default=DEFAULT_EXAMPLES, help=examples_help)
     parser.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
     parser.add_argument("--json", metavar="PATH", type=_report_path,
                         help="write the full report as JSON (checked before fuzzing: the folder must exist)")
@@ -114,9 +116,7 @@ def _common_options(parser: argparse.ArgumentParser, default_examples: int) -> N
     parser.add_argument("--matrix", action="store_true",
                         help="print the whole conformance matrix (every dtype and layout, wide), not only the "
                         "summary of one line per implementation and contract")
-    parser.add_argument("--gradient-examples", type=_positive_int, default=None,
-                        help="examples per gradient cell (default: half of --max-examples; as many for a split: "
-                        "--sharded, --accumulation)")
+    parser.add_argument("--gradient-examples", type=_positive_int, default=None, help=gradient_examples_help)
     parser.add_argument("--jobs", type=_positive_int, default=jobs,
                         help=f"worker processes, one cell each at a time (default: min(2, cores) = {jobs})")
     parser.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
@@ -129,7 +129,7 @@ CAMPAIGN_HELP = ("Fuzz every available built-in implementation of every contract
                  "only if everything conforms.")
 CHECK_HELP = ("Fuzz one implementation with the contract's signature against the float64 reference. "
               "Exit 0: conforms; 1: counterexample found (printed as a runnable snippet); 2: usage or load error; "
-              "3: the fuzzer itself failed.")
+              "3: the fuzzer itself failed; 130: interrupted (Ctrl-C).")
 SUBCOMMANDS = ("campaign", "check")
 DEFAULT_EXAMPLES = 40
 
@@ -142,7 +142,10 @@ def _add_campaign(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--contracts", type=_csv(CONTRACT_NAMES, "--contracts"), default=list(CONTRACT_NAMES),
                         help=f"comma-separated contracts whose built-ins are fuzzed (default: all: "
                         f"{', '.join(CONTRACT_NAMES)})")
-    _common_options(parser, default_examples=DEFAULT_EXAMPLES)
+    _common_options(parser, f"Hypothesis examples per (device, dtype) cell (default {DEFAULT_EXAMPLES}; a cell of a "
+                    "sharded or micro-batch row runs at most its engine's own number: each example runs every split)",
+                    "examples per gradient cell (default: half of --max-examples; a sharded or micro-batch row's: "
+                    "as many as its forward cells)")
     parser.add_argument("--no-gradients", dest="gradients", action="store_false",
                         help="skip the gradient checks of the differentiable built-ins")
     parser.set_defaults(run=campaign)
@@ -159,7 +162,11 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
     runs.add_argument("--sharded", choices=SHARDED_CHOICES,
                       help="TARGET is a per-rank function (docs/sharded.md): run it on torch.distributed "
                       "ranks (gloo; NCCL on CUDA) or under jax.shard_map, on every mesh (instead of --framework)")
-    _common_options(parser, default_examples=DEFAULT_EXAMPLES)
+    _common_options(parser, f"Hypothesis examples per cell (default {DEFAULT_EXAMPLES}; with --accumulation "
+                    f"{ACCUMULATION_EXAMPLES} per split cell, with --ranks {RANKS_EXAMPLES}, with --sharded "
+                    f"{SHARDED_EXAMPLES}: each example runs every split or mesh)",
+                    "examples per gradient cell (default: half of --max-examples; with --sharded or --accumulation "
+                    "as many)")
     parser.set_defaults(max_examples=None)  # None: DEFAULT_EXAMPLES, or --sharded's own default
     parser.add_argument("--gradients", action="store_true",
                         help="also fuzz the backward pass (torch autograd / jax.vjp) against the exact VJP")
@@ -210,7 +217,7 @@ def build_parser(prog: str = "python -m fuzz") -> argparse.ArgumentParser:
         "reductions, their micro-batch and rank forms) against an exact float64 reference. Without a subcommand, "
         "runs `campaign` (its options may follow directly). Exit 0: "
         f"conforms; {COUNTEREXAMPLE}: a counterexample; 2: usage or load error; {INTERNAL_ERROR}: the fuzzer "
-        "itself failed.",
+        f"itself failed; {INTERRUPTED}: interrupted (Ctrl-C).",
     )
     subparsers = parser.add_subparsers(title="subcommands", dest="command", metavar="{campaign,check}")
     _add_campaign(subparsers)
@@ -403,12 +410,19 @@ def run_check(args: argparse.Namespace, started: Workers | None = None) -> list[
                      started=started)
 
 
+def option_spelling(name: str) -> str:
+    """A declared parameter's option: l_max -> --l-max."""
+    return "--" + name.replace("_", "-")
+
+
 def check(args: argparse.Namespace) -> int:
     try:
         declared_contract(args.reduction, args.rows, args.l_max, args.accumulation, args.dp_reduce,
-                          args.backward_scale)
+                          args.backward_scale, spell=option_spelling)
     except ValueError as error:  # a declared parameter that is wrong, or one that needs another (--l-max)
-        print(f"error: {error}", file=sys.stderr)
+        # the contract's own messages name its parameters as the Python API spells them
+        message = re.sub(r"\b(l_max|dp_reduce|backward_scale)\b", lambda found: option_spelling(found[1]), str(error))
+        print(f"error: {message}", file=sys.stderr)
         return USAGE_ERROR
     if args.ranks and (not args.accumulation or args.framework not in RANKS_ENGINES):
         print("error: --ranks runs a per-chunk loss on data-parallel ranks (torch.distributed under DDP, or "
@@ -426,6 +440,10 @@ def check(args: argparse.Namespace) -> int:
             if args.gradients and not adapter.differentiable:
                 print(f"error: --gradients needs autograd, and {args.framework} has none", file=sys.stderr)
                 return USAGE_ERROR
+        held = available_adapter(framework).dtypes
+        if reason := no_dtype_held(args.framework or args.sharded, args.dtypes, held):
+            print(f"error: argument --dtypes: {reason}", file=sys.stderr)
+            return USAGE_ERROR
         started = time.perf_counter()
         results = run_check(args, workers)
     except LoadError as error:
@@ -451,7 +469,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = "python -m fuzz" if argv is None and sys.argv[0].endswith("__main__.py") else "lossnorm-fuzz"
     args = parse(sys.argv[1:] if argv is None else argv, prog)  # usage errors exit 2 here (argparse)
     try:
-        return args.run(args)
+        with tolerate_a_closed_stdout():
+            return args.run(args)
+    except KeyboardInterrupt:
+        print("interrupted: no verdict", file=sys.stderr)
+        return INTERRUPTED
     except Exception:  # the harness's own failure: never to be read as a verdict on the implementation
         traceback.print_exc()
         print("internal error: the fuzzer itself failed (exit 3), which says nothing about the implementation; "

@@ -459,16 +459,16 @@ def _candidates(expected: Exact) -> list[tuple[str, float]]:
     found: list[tuple[str, float]] = []
     if mode == SEQ_MEAN_TOKEN_SUM_NORM and divisor:
         if padded:
-            found.append((f"{mode} with L_max = {padded}, the padded width: L_max taken from the shape?",
+            found.append((f"the exact {mode} with L_max = {padded}, the padded width: L_max taken from the shape?",
                           expected.total / (divisor * padded)))
-        found.append((f"{mode} without the 1/D: sum / L_max alone?", expected.total / float(l_max or 1.0)))
+        found.append((f"the exact {mode} without the 1/D: sum / L_max alone?", expected.total / float(l_max or 1.0)))
     if mode != TOKEN_SUM:
         if batch and padded:
             found.append((f"the mean over all {batch}x{padded} positions: .mean() over the padding too?",
                           expected.total / (batch * padded)))
         clamped = int(np.maximum(expected.counts, 1).sum())
         if clamped != tokens and clamped:
-            found.append((f"sum / {clamped}: a per-row clamp(min=1) summed into N (N = {tokens})?",
+            found.append((f"the exact sum / {clamped}: a per-row clamp(min=1) summed into N (N = {tokens})?",
                           expected.total / clamped))
     if mode == SEQ_MEAN_TOKEN_MEAN and divisor:
         found.append(("the per-sequence mean divided by D twice?", expected.row_means / divisor / divisor))
@@ -480,17 +480,19 @@ def _candidates(expected: Exact) -> list[tuple[str, float]]:
                           l_max or CAMPAIGN_L_MAX)
             if candidate == mode:  # the other rows convention
                 counted = "every row" if convention == "all" else "only the rows with a selected token"
-                found.append((f"{mode} with D counting {counted}: rows={convention}, where rows={rows} is declared?",
-                              value))
+                found.append((f"the exact {mode} with D counting {counted}: rows={convention}, where rows={rows} "
+                               "is declared?", value))
             else:
                 name = candidate + (f" (rows={convention})" if candidate in ROW_MODES else "")
-                found.append((f"{name}, where {mode} is declared?", value))
+                found.append((f"the exact {name}, where {mode} is declared?", value))
     return found
 
 
 def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
     """A wrong loss named in the contract's terms where it equals one of the usual mistakes' exact values (all
-    that it equals, the likeliest first: a small case can make several coincide)."""
+    that it equals, the likeliest first: a small case can make several coincide). "Equals" is within what the
+    contract precision allows an implementation of that mistake to round, whatever precision judged the loss: the
+    hint names a formula, and under --precision strict that allowance spans many strict tolerances."""
     expected = exact_results(case)  # the declared mode's
     got = float(np.asarray(values[LOSS]))
     if not math.isfinite(got):
@@ -501,7 +503,7 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
                and abs(value - float(expected.loss)) > 2 * scale]
     if not matches:
         return None
-    return f"it equals {matches[0][1]:.6g}, the exact " + "; or ".join(text for text, _ in matches[:3])
+    return f"it equals {matches[0][1]:.6g}, " + "; or ".join(text for text, _ in matches[:3])
 
 
 # -------------------------------------------------------------------------------------------------- record

@@ -54,6 +54,46 @@ def test_usage_errors_exit_2():
     assert jobs.returncode == 2 and "argument --jobs: must be a positive integer" in jobs.stderr
 
 
+NUMPY_SCALAR_LOSSES = """
+        import numpy as np
+        def token_mean(losses, mask):  # NumPy's own reductions return a NumPy scalar (np.float32), not a 0-d array
+            acc = np.float64 if losses.dtype == np.float64 else np.float32
+            return np.where(mask, losses, 0).sum(dtype=acc) / max(int(mask.sum()), 1)
+        def padded_width(losses, mask):  # BUG: the padded width as the token count
+            acc = np.float64 if losses.dtype == np.float64 else np.float32
+            return np.where(mask, losses, 0).sum(dtype=acc) / max(losses.size, 1)
+"""
+
+
+def test_a_numpy_scalar_loss_is_a_0_d_result_and_its_values_are_judged(tmp_path):
+    write(tmp_path, "scalar_losses.py", NUMPY_SCALAR_LOSSES)
+    options = ["--framework", "numpy", "--reduction", "token-mean", "--dtypes", "float32,bfloat16"]
+    correct = run_fuzz("check", "scalar_losses.py:token_mean", *options, cwd=tmp_path)
+    assert correct.returncode == 0, correct.stdout + correct.stderr
+    bug = run_fuzz("check", "scalar_losses.py:padded_width", *options, "--json", "r.json", cwd=tmp_path)
+    assert bug.returncode == 1, bug.stdout + bug.stderr
+    kinds = {b["kind"] for cell in json.loads((tmp_path / "r.json").read_text())["cells"] for b in cell["bugs"]}
+    assert kinds == {"loss out of tolerance"}, kinds
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--rows", "all"], "--rows is a parameter of the loss reduction: it needs --reduction too"),
+    (["--reduction", "token-mean", "--dp-reduce", "sum"], "--dp-reduce is a convention of the per-chunk loss: it "
+                                                          "needs --accumulation too"),
+    (["--reduction", "fixed-length"], "mode needs --l-max, its positive constant L_max"),
+])
+def test_a_declared_parameter_that_needs_another_names_both_options(options, message):
+    result = run_fuzz("check", "impls.numpy_impl:sequence_vs_token_normalization", "--framework", "numpy", *options)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_dtypes_the_framework_does_not_hold_are_refused_instead_of_checking_nothing():
+    result = run_fuzz("check", "impls.array_api_impl:sequence_vs_token_normalization", "--framework", "array-api",
+                      "--dtypes", "float16,bfloat16")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "argument --dtypes: array-api has none of the dtypes asked for (float16, bfloat16)" in result.stderr
+
+
 def test_a_correct_function_conforms(tmp_path):
     result = run_fuzz("check", "impls.numpy_impl:sequence_vs_token_normalization", "--framework", "numpy",
                       "--json", str(tmp_path / "r.json"))
@@ -199,6 +239,16 @@ def test_a_function_that_raises_system_exit_is_a_failure_not_an_exit(tmp_path):
     assert "raised SystemExit" in result.stdout
 
 
+@pytest.mark.parametrize("raised", ["KeyboardInterrupt()", "Stop()"])
+def test_a_function_that_raises_a_base_exception_is_a_failure_not_an_internal_error(tmp_path, raised):
+    """KeyboardInterrupt or a user's own BaseException from the function: its failure (exit 1), not the suite's."""
+    path = write(tmp_path, "interrupts.py", f"class Stop(BaseException):\n    pass\n\ndef f(lp, adv, mask):\n"
+                                             f"    raise {raised}\n")
+    result = run_fuzz("check", f"{path}:f", "--framework", "numpy", "--jobs", "1", "--dtypes", "float32")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"raised {raised[:-2]}" in result.stdout
+
+
 def test_every_command_has_help():
     top = run_fuzz("--help").stdout
     assert "campaign" in top and "check" in top and "Exit 0" in top
@@ -219,8 +269,8 @@ def test_without_a_subcommand_the_campaign_runs():
     ["check", "impls.torch_distributed:sequence_vs_token_normalization", "--sharded", "torch"],
     ["--implementations", "numpy"],
 ], ids=["check", "sharded", "campaign"])
-@pytest.mark.parametrize("path", ["/proc/nope/r.json", "", "{tmp}", "{tmp}/missing/r.json"],
-                         ids=["no-such-folder", "empty", "a-directory", "missing-folder"])
+@pytest.mark.parametrize("path", ["/proc/nope/r.json", "", "{tmp}", "{tmp}/missing/r.json", "/proc/r.json"],
+                         ids=["no-such-folder", "empty", "a-directory", "missing-folder", "takes-no-file"])
 @pytest.mark.parametrize("report", ["--json", "--html"])
 def test_an_unwritable_report_path_is_refused_before_any_fuzzing(tmp_path, command, path, report):
     started = time.monotonic()
@@ -244,6 +294,20 @@ def test_a_read_only_working_directory_is_refused_for_a_relative_report_path(tmp
         assert result.returncode == 0 and (folder / "r.json").exists(), result.stderr
     else:
         assert result.returncode == 2 and "is not writable" in result.stderr
+
+
+def test_a_reader_that_closes_the_output_early_loses_neither_the_verdict_nor_the_report(tmp_path):
+    """`check ... | head -3`: the pipe closes before the summary is printed; the exit status and --json stand."""
+    write(tmp_path, "padded.py", PADDED_WIDTH_BUG)
+    process = subprocess.Popen([sys.executable, "-m", "fuzz", "check", "padded.py:f", "--framework", "numpy",
+                                "--dtypes", "float32", "--json", "r.json"], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    process.stdout.close()  # the reader is gone before anything is printed
+    stderr = process.stderr.read()
+    assert process.wait(timeout=600) == 1, stderr
+    assert "BrokenPipeError" not in stderr and "internal error" not in stderr
+    assert json.loads((tmp_path / "r.json").read_text())["cells"]
 
 
 def test_the_report_is_written_whole_or_not_at_all(tmp_path, monkeypatch):

@@ -61,3 +61,17 @@ def test_a_builtin_gives_its_contracts_examples(contract_name, name):
                         f"{name} {device} {dtype} {example.name}: {output} = {got.tolist()}, expected {want!r}")
                 checked += 1
     assert checked
+
+
+
+def test_a_wrong_loss_is_named_as_the_formula_it_equals():
+    """The book's example, per-sequence (2.35) declared: 2.2 is token-mean's exact value, named as that mistake
+    in the contract's terms; the declared value itself is never explained as a mistake."""
+    from reference.reduction import explain
+
+    contract = get_contract("reduction")
+    example = next(example for example in contract.examples if example.name == "the book's example, per-sequence")
+    case = _case(contract, example, "float32", "cpu")
+    assert explain(case, {"loss": np.array(33 / 15)}) == (
+        "it equals 2.2, the exact token-mean, where seq-mean-token-mean is declared?")
+    assert explain(case, {"loss": np.array(2.35)}) is None

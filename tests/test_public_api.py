@@ -63,6 +63,16 @@ def test_a_function_that_hangs_fails_instead_of_hanging_ci():
     assert "sleeps(token_log_probs, advantages, token_mask)" in report.failures[0].snippet
 
 
+def interrupts(token_log_probs, advantages, token_mask):
+    raise KeyboardInterrupt
+
+
+def test_a_keyboard_interrupt_from_the_function_is_its_failure_not_a_stop_of_the_run():
+    report = check(interrupts, framework="torch", dtypes=["float32"], max_examples=5)
+    assert [failure.kind for failure in report.failures] == ["raised KeyboardInterrupt"]
+    assert "raise KeyboardInterrupt" in report.cells[0].traceback
+
+
 def test_workers_keep_the_function_out_of_this_process():
     report = check(normalize_by_padded_length, framework="torch", dtypes=["float32"], max_examples=20, workers=1)
     assert not report.ok and report.failures[0].kind == "token_averaged out of tolerance"

@@ -18,6 +18,7 @@ import importlib
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import time
 import traceback
 from typing import Any
@@ -111,6 +112,7 @@ class _Runner:
 
 
 def _worker_main(connection: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as torch's ranks: the parent ends this daemon on a Ctrl-C
     # Before JAX initializes: it reads the device count once.
     # its own count: any other (the parent's, for the single-process "cpu:1" cells) is replaced
     flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()

@@ -47,11 +47,13 @@ def compare_values(got: ReadBack, case: Case, precision: Precision) -> Verdict:
     return verdict
 
 
-def run_case(fn: Callable[..., Any], adapter: Framework, case: Case,
-             repeat: bool = False) -> tuple[ReadBack | None, Verdict]:
-    """Call fn on the case's native inputs; check structure and that inputs were not modified. With
-    `repeat`, call it a second time on the same inputs and record whether the bits are the same (a fact for
-    the report, not a failure: kernels with atomics are not deterministic).
+def run_case(fn: Callable[..., Any], adapter: Framework, case: Case, repeat: bool = False,
+             judge: Callable[[ReadBack], Verdict] | None = None) -> tuple[ReadBack | None, Verdict]:
+    """Call fn on the case's native inputs; check structure and that inputs were not modified, then `judge` the
+    values read back. With `repeat`, and only if all of that passed, call it a second time on the same inputs
+    and record whether the bits are the same (a fact for the report, not a failure: kernels with atomics are not
+    deterministic). A failing example skips that second call: the shrinker runs hundreds of failing examples,
+    and the fact would not be reported for them anyway.
 
     Returns the outputs read back (None if unusable) and the verdict so far."""
     inputs = adapter.materialize(case)
@@ -64,6 +66,8 @@ def run_case(fn: Callable[..., Any], adapter: Framework, case: Case,
     verdict.merge(modified_inputs(adapter, case, inputs, snapshot))
     if values is None:
         return None, verdict
+    if judge is not None:
+        verdict.merge(judge(values))
     if repeat and verdict.ok:
         again, second = call_safely(fn, *inputs)
         if not second.ok:
@@ -78,10 +82,7 @@ def check_forward_values(fn: Callable[..., Any], adapter: Framework, case: Case,
                          repeat: bool = False) -> tuple[ReadBack | None, Verdict]:
     """The forward pass against the exact results: structure, dtypes, devices, finiteness, values, inputs
     (and, with `repeat`, determinism). Also returns the outputs read back (None if unusable)."""
-    values, verdict = run_case(fn, adapter, case, repeat)
-    if values is not None:
-        verdict.merge(compare_values(values, case, precision))
-    return values, verdict
+    return run_case(fn, adapter, case, repeat, judge=lambda values: compare_values(values, case, precision))
 
 
 def check_forward(fn: Callable[..., Any], adapter: Framework, case: Case, precision: Precision = CONTRACT) -> Verdict:

@@ -43,7 +43,8 @@ def check_outputs(result: Any, adapter: Framework, case: Case) -> tuple[ReadBack
             continue
         value = outputs[spec.name]
         if not adapter.is_array(value):
-            verdict.fail(STRUCTURE, f"{spec.name} is a {type(value).__name__}, not a {adapter.array_type}")
+            verdict.fail(STRUCTURE, f"{spec.name} is a {type(value).__name__}, not a "
+                                    f"{adapter.output_type or adapter.array_type}")
             continue
         dtype, shape = adapter.dtype_of(value), contract.output_shape(spec.name, sizes)
         if dtype not in allowed:

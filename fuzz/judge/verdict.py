@@ -2,10 +2,12 @@
 tells distinct bugs apart), the worst err/tol per compared value, ulps and determinism.
 
 An exception raised by the function under test is that function's failure, with its traceback, never a
-crash of the harness (`call_safely`)."""
+crash of the harness (`call_safely`): SystemExit, KeyboardInterrupt and a user's own BaseException included."""
 
 from __future__ import annotations
 
+import signal
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,12 +86,47 @@ def same_bits(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> bo
                and np.array_equal(np.signbit(first[key]), np.signbit(second[key])) for key in first)
 
 
+class StopsTheCell(BaseException):
+    """Raised by the harness, inside a call, to end the cell at once (a call overran its time limit): never the
+    function's failure."""
+
+
+class RaisedByFunction(Exception):
+    """A BaseException other than an Exception or SystemExit (KeyboardInterrupt, a user's own subclass) that the
+    function under test raised in a helper thread (fuzz/run/calls.py), re-raised in the caller's thread as this:
+    there a bare KeyboardInterrupt could be the user's Ctrl-C, which must stop the run."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
+def carried(error: BaseException) -> BaseException:
+    """What a helper thread's call raised, as its caller's thread re-raises it."""
+    return error if isinstance(error, Exception | SystemExit | StopsTheCell) else RaisedByFunction(error)
+
+
+def _may_be_a_ctrl_c(error: BaseException) -> bool:
+    """Whether `error` could be the user's Ctrl-C rather than the function's own: a KeyboardInterrupt where
+    Python's SIGINT handler raises one (the main thread; worker and rank processes ignore SIGINT)."""
+    return (isinstance(error, KeyboardInterrupt) and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+
+
 def call_safely(fn: Callable[..., Any], *args: Any) -> tuple[Any, Verdict]:
     """fn(*args), or None and a Verdict holding the exception and its traceback."""
     try:
         return fn(*args), Verdict()
-    except (Exception, SystemExit) as error:  # the implementation's failure, not the harness's
-        verdict = Verdict()
-        verdict.fail(f"raised {type(error).__name__}", f"raised {type(error).__name__}: {error}".strip())
-        verdict.traceback = traceback.format_exc()
-        return None, verdict
+    except RaisedByFunction as raised:
+        return None, _raised(raised.error, "".join(traceback.format_exception(raised.error)))
+    except BaseException as error:  # the implementation's failure, not the harness's
+        if isinstance(error, StopsTheCell) or _may_be_a_ctrl_c(error):
+            raise
+        return None, _raised(error, traceback.format_exc())
+
+
+def _raised(error: BaseException, formatted: str) -> Verdict:
+    verdict = Verdict()
+    verdict.fail(f"raised {type(error).__name__}", f"raised {type(error).__name__}: {error}".strip())
+    verdict.traceback = formatted
+    return verdict

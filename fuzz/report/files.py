@@ -24,6 +24,12 @@ def unwritable_reason(path: str) -> str | None:
         return f"the folder {folder} is not writable"
     if os.path.exists(full) and not os.access(full, os.W_OK):
         return f"{path} exists and is not writable"
+    try:  # what write_atomically does first; os.access says yes to root, and to /proc, where it fails
+        handle, trial = tempfile.mkstemp(prefix=f".{os.path.basename(full)}.", dir=folder)
+    except OSError as error:
+        return f"the folder {folder} does not take a new file ({error.strerror or error})"
+    os.close(handle)
+    os.unlink(trial)
     return None
 
 

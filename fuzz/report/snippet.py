@@ -157,10 +157,11 @@ def _forward_lines(syntax: SnippetSyntax, source: SnippetSource, case: Case) -> 
     allowed = list(contract.output_dtypes(case.dtype))
     lines += [
         "problems = []",
+        f"array_types = {syntax.type_names!r}",
         f"for key in {list(contract.output_names)!r}:",
         "    got, want, tol = out[key], globals()['expected_' + key], globals()['tolerance_' + key]",
         "    dtype = str(getattr(got, 'dtype', None)).split('.')[-1]",
-        f"    if type(got).__name__ not in {syntax.type_names!r} or dtype not in {allowed!r}:",
+        f"    if type(got).__name__ not in array_types or dtype not in {allowed!r}:",
         f"        problems.append(f'{{key}}: {{type(got).__name__}} of dtype {{dtype}}, want {' or '.join(allowed)}')",
         "    got = as_float64(got)",
         "    print(f'{key}: got {got.tolist()}, expected {want.tolist()}')",

@@ -92,8 +92,9 @@ def summary(results: Sequence[CellResult]) -> list[str]:
         body += [*wrap(f"{contract}:"), *(line.text(name_width) for key, line in lines.items() if key[0] == contract)]
     cells = [cell for cell in results if cell.applicable]
     failing = sum(not cell.ok for cell in cells)
+    found = sum(len(c.bugs) or 1 for c in cells if not c.ok)
     verdict = ("every cell conforms" if not failing else
-               f"{failing} of {len(cells)} cells fail, {sum(len(c.bugs) or 1 for c in cells if not c.ok)} bugs")
+               f"{failing} of {len(cells)} cells fail, {found} bug{'s' * (found != 1)}")
     notes = [f"{len(cells)} cell{'s' * (len(cells) != 1)} checked: {verdict}.",
              "err/tol: worst error over tolerance of the conforming cells (<= 1 conforms); worst ulp: in units in "
              "the last place of the output dtype; deterministic: two calls on the same inputs gave the same bits "
@@ -136,7 +137,8 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
             key = (cell.contract, bug.kind, cell.check)
             if key in shown:
                 first = "; ".join(for_terminal(failure).split("\n", 1)[0] for failure in bug.failures)
-                lines += ["", *wrap(f"=== FAIL {title}: {first} (its snippet is in the JSON report)")]
+                lines += ["", *wrap(f"=== FAIL {title}: {first} (a kind shown above with its snippet; --json keeps "
+                                    "this one's)")]
                 continue
             shown.add(key)
             story = ", ".join(f"{label}={value!r}" for label, value in bug.story if label != "seed")

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fuzz.judge.verdict import StopsTheCell, carried
 from reference.case import Case
 
 # A first torch.compile of the contract (forward and backward, AOT autograd) took 25 to 40 s with an empty
@@ -39,9 +40,9 @@ class Call:
         return "forward" if self.cotangents is None else "forward and backward"
 
 
-class CallTimedOut(BaseException):
-    """A call overran its time limit. A BaseException, so that neither the checks (which make an ordinary
-    exception the function's failure) nor Hypothesis (which would shrink it, one time limit per try) catch
+class CallTimedOut(StopsTheCell):
+    """A call overran its time limit. A BaseException, so that neither the checks (which make what the call
+    raised the function's failure) nor Hypothesis (which would shrink it, one time limit per try) catch
     it: it ends the cell at once, and the cell is failed with this call's case."""
 
     def __init__(self, call: Call, seconds: float) -> None:
@@ -75,8 +76,8 @@ class ThreadWatcher(Watcher):
                 thunk, done, outcome = job
                 try:
                     outcome["value"] = thunk()
-                except BaseException as error:  # re-raised in the caller's thread, SystemExit included
-                    outcome["error"] = error
+                except BaseException as error:  # re-raised in the caller's thread: the call's, whatever it is
+                    outcome["error"] = carried(error)
                 done.set()
 
         thread = threading.Thread(target=serve, name="lossnorm-fuzz call", daemon=True)

@@ -41,6 +41,15 @@ def default_gradient_examples(max_examples: int, split: bool) -> int:
     return max_examples if split else max(1, max_examples // 2)
 
 
+def no_dtype_held(framework: str, asked: Sequence[str], held: Sequence[str]) -> str | None:
+    """Why nothing would be checked: none of the dtypes asked for is one `framework` holds (the Array API has no
+    float16 or bfloat16). None when one is; those it lacks are n/a cells, as in every matrix."""
+    if any(dtype in held for dtype in asked):
+        return None
+    return (f"{framework} has none of the dtypes asked for ({', '.join(asked)}): it holds {', '.join(held)}, so "
+            "nothing would be checked")
+
+
 def plan_cells(subjects: Sequence[tuple[SubjectSpec, Sequence[str]]], dtypes: Sequence[str],
                devices: Sequence[str] | None, max_examples: int, seed: int, gradients: bool,
                gradient_examples: int) -> list[CellTask]:

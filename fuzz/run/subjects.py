@@ -49,18 +49,22 @@ MASKED_VALUES = ("any", "finite")
 
 def declared_contract(reduction: str | None = None, rows: str | None = None, l_max: float | None = None,
                       accumulation: bool = False, dp_reduce: str | None = None,
-                      backward_scale: str | None = None) -> tuple[str, dict[str, Any]]:
+                      backward_scale: str | None = None, spell: Callable[[str], str] = lambda name: name
+                      ) -> tuple[str, dict[str, Any]]:
     """The contract a `check` declares, and its parameters: the loss reduction of `reduction` (a mode, or an
     alias: grpo, dr_grpo, per-token, ...), with `accumulation` its per-chunk form over micro-batches and ranks,
-    or by default the magnitude diagnostic. ValueError naming the argument that is wrong or needs another."""
+    or by default the magnitude diagnostic. ValueError naming the argument that is wrong or needs another, as
+    `spell` writes an argument's name (the command line: `--dp-reduce`)."""
     if not accumulation:
         for name, value in (("dp_reduce", dp_reduce), ("backward_scale", backward_scale)):
             if value is not None:
-                raise ValueError(f"{name} is a convention of the per-chunk loss: it needs accumulation too")
+                raise ValueError(f"{spell(name)} is a convention of the per-chunk loss: it needs "
+                                 f"{spell('accumulation')} too")
     if reduction is None:
         for name, value in (("rows", rows), ("l_max", l_max), ("accumulation", accumulation or None)):
             if value is not None:
-                raise ValueError(f"{name} is a parameter of the loss reduction: it needs reduction=MODE too")
+                raise ValueError(f"{spell(name)} is a parameter of the loss reduction: it needs "
+                                 f"{spell('reduction')} too")
         return CONTRACT_NAMES[0], {}
     parameters: dict[str, Any] = {"mode": reduction, "rows": rows or "all", "l_max": l_max}
     if accumulation:

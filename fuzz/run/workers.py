@@ -2,9 +2,11 @@
 the run with it, even with one cell and one worker.
 
 Compiling (torch.compile's C++ kernels, XLA) dominates a run, and one cell compiles on about one core: two
-workers on two cores nearly halve the time. Workers are spawned, never forked (torch and JAX have started
-threads by then); each builds its subjects once, so the graphs one cell compiled serve the next cell of
-that worker, and it lives for the whole run (spawning one costs 2 to 4 s of imports).
+workers on two cores nearly halve the time. Workers are never forked from this process (torch and JAX have
+started threads by then), but from multiprocessing's fork server: a fresh single-threaded process that imports
+this module and the run's frameworks once (`Framework.modules`: importing them starts no device), so a worker
+starts in milliseconds where a spawned one imports torch again (2 to 4 s). Each builds its subjects once, so
+the graphs one cell compiled serve the next cell of that worker, and it lives for the whole run.
 
 Each worker tells this process when a call of the function starts (with its case) and ends. A call that
 overruns the time limit gets its worker killed; a worker that dies (a segfault, `os._exit`, the kernel's
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import tempfile
 import time
 import traceback
@@ -33,7 +36,7 @@ from fuzz.run.interrupted import CRASH, TIMEOUT, died, interrupted_cell, timed_o
 from fuzz.run.plan import CellTask
 from fuzz.run.subjects import build_subject, snippet_source
 from impls.cores import usable_cores
-from impls.frameworks import load_framework
+from impls.frameworks import adapter_class, load_framework
 
 
 class WorkerError(RuntimeError):
@@ -72,6 +75,9 @@ class PipeWatcher(Watcher):
 
 
 def _worker_main(connection: Connection, storage: str, frameworks: tuple[str, ...]) -> None:
+    # A Ctrl-C reaches the whole process group: the parent stops its workers (run_cells' `finally`). Ignored here,
+    # it cannot land in a call, so a KeyboardInterrupt in one is the function's own (call_safely).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Hypothesis writes caches (the constants it mines from source files) under its storage directory,
     # `.hypothesis/` in the current directory by default: keep them in the run's temporary directory.
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = storage
@@ -135,6 +141,16 @@ def _failed(worker: _Worker, failure: str, kind: str, call: Call | None) -> Cell
                             contract=task.subject.bound_contract.label)
 
 
+def worker_context(frameworks: Sequence[str]) -> Any:
+    """The fork server's context, told to preload this module and the frameworks' modules when it starts (a server
+    this process already runs keeps its preloads, and the workers import the rest themselves). The server starts
+    with this process's environment, so the frameworks' process settings (`prepare_process`) hold in it."""
+    context = multiprocessing.get_context("forkserver")
+    modules = dict.fromkeys(module for name in frameworks for module in adapter_class(name).modules)
+    context.set_forkserver_preload([__name__, *modules])
+    return context
+
+
 class Workers:
     """The worker processes of one run, which may be started before its cells are known: a worker's imports (2 to
     4 s with torch) then overlap the parent's own loading of the target, which imports the same frameworks.
@@ -142,7 +158,7 @@ class Workers:
     `run_cells` stops them when it ends; `close` stops them where it never ran (the target did not load)."""
 
     def __init__(self, frameworks: tuple[str, ...] = ()) -> None:
-        self.context = multiprocessing.get_context("spawn")
+        self.context = worker_context(frameworks)
         self._storage = tempfile.TemporaryDirectory(prefix="lossnorm-fuzz-")
         self.frameworks = frameworks
         self.started: list[_Worker] = []

@@ -26,6 +26,7 @@ SNIPPET_AS_FLOAT64 = "np.asarray(np.from_dlpack(x) if hasattr(x, '__dlpack__') e
 class ArrayApiFramework(Framework):
     name = "array-api"
     array_type = "array_api_strict.Array"
+    modules = ("numpy", "array_api_strict", "array_api_compat")
     dtypes = ("float32", "float64")  # the standard has no float16 or bfloat16
     layouts = ("contiguous",)
     layouts_note = "strided layouts n/a: the Array API standard exposes no strides"

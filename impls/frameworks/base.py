@@ -108,6 +108,10 @@ class Framework:
 
     name: str = ""
     array_type: str = ""  # what the contract's arrays are, for messages: "torch.Tensor"
+    output_type: str = ""  # what an output may be, for messages, where more than array_type: NumPy scalars
+    # the modules a fresh process imports to use it, all at once (worker processes are forked from a server that
+    # imported them: fuzz/run/workers.py); importing them must start no thread and initialize no device
+    modules: tuple[str, ...] = ()
     layouts: tuple[str, ...] = ("contiguous",)  # the layouts it can build (impls/layouts.py)
     layouts_note: str | None = None  # why some layouts do not exist here, for the matrix
     dtypes: tuple[str, ...] = DTYPE_NAMES

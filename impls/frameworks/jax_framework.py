@@ -58,6 +58,7 @@ HOST_DEVICES = 2  # "cpu" and "cpu:1"
 class JaxFramework(Framework):
     name = "jax"
     array_type = "jax.Array"
+    modules = ("jax", "jax.numpy")
     layouts = ("contiguous",)
     layouts_note = "strided layouts n/a: JAX arrays have no strides"
     differentiable = True

@@ -60,6 +60,7 @@ def _snippet_vjp(contract: Contract) -> tuple[str, ...]:
 class TorchFramework(Framework):
     name = "torch"
     array_type = "torch.Tensor"
+    modules = ("torch",)
     layouts = STRIDED_LAYOUTS_WITHOUT_NEGATIVE
     layouts_note = "negative strides n/a: torch has none"
     differentiable = True

@@ -1,6 +1,6 @@
-"""Returns the ratio as a numpy scalar (np.float32(...) / .astype on a scalar) instead of a 0-d ndarray; np.generic is not np.ndarray. Wrong when: any input, e.g. lp=[[-1,-2],[-3,-4]], A=[2,-1], mask all true -> magnitude_ratio is np.float32(2.0)-style scalar."""
+"""Correct: returns the ratio as a NumPy scalar (`x.sum() / den` gives np.float32, `.astype` keeps it one), not a 0-d ndarray. NumPy's own reductions return such scalars for a 0-d result; it has the dtype and the shape () a 0-d array has, so the contract takes it as one (docs/contracts.md). Float32 (float64) accumulation, where-selected, divisions guarded."""
 FRAMEWORK = "numpy"
-EXPECT = "reject"
+EXPECT = "accept"
 import numpy as np
 
 
