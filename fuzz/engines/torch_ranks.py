@@ -38,6 +38,7 @@ import numpy as np
 from fuzz.engines.registry import Engine
 from fuzz.engines.split import MESHES, Split
 from fuzz.judge.verdict import Verdict
+from fuzz.run.processes import fork_server_context
 from reference.case import Case
 
 DEFAULT_TIMEOUT_S = 60.0  # per example; a correct example takes milliseconds, a cold start seconds
@@ -60,11 +61,8 @@ RANK_PRELOAD = ("torch", "torch.distributed", __name__)
 
 
 def rank_context() -> Any:
-    """The multiprocessing context ranks start in: the fork server, told to preload RANK_PRELOAD when it starts
-    (a server this process already runs keeps its own preloads; the ranks then import what they need)."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(RANK_PRELOAD))
-    return context
+    """Ranks fork from a server that imported RANK_PRELOAD (fuzz/run/processes.py)."""
+    return fork_server_context(RANK_PRELOAD)
 
 
 def _free_port() -> int:

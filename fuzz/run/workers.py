@@ -17,7 +17,6 @@ and a fresh worker takes the cells left.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import signal
 import tempfile
@@ -34,6 +33,7 @@ from fuzz.run.calls import DEFAULT_TIMEOUT, Call, Watcher
 from fuzz.run.cell import fuzz_task, progress
 from fuzz.run.interrupted import CRASH, TIMEOUT, died, interrupted_cell, timed_out
 from fuzz.run.plan import CellTask
+from fuzz.run.processes import fork_server_context
 from fuzz.run.subjects import build_subject, snippet_source
 from impls.cores import usable_cores
 from impls.frameworks import adapter_class, load_framework
@@ -142,13 +142,8 @@ def _failed(worker: _Worker, failure: str, kind: str, call: Call | None) -> Cell
 
 
 def worker_context(frameworks: Sequence[str]) -> Any:
-    """The fork server's context, told to preload this module and the frameworks' modules when it starts (a server
-    this process already runs keeps its preloads, and the workers import the rest themselves). The server starts
-    with this process's environment, so the frameworks' process settings (`prepare_process`) hold in it."""
-    context = multiprocessing.get_context("forkserver")
-    modules = dict.fromkeys(module for name in frameworks for module in adapter_class(name).modules)
-    context.set_forkserver_preload([__name__, *modules])
-    return context
+    """Workers fork from a server that imported this module and the frameworks' modules (fuzz/run/processes.py)."""
+    return fork_server_context([__name__, *(module for name in frameworks for module in adapter_class(name).modules)])
 
 
 class Workers:
@@ -224,7 +219,8 @@ def run_cells(tasks: Sequence[CellTask], *, jobs: int, fail_fast: bool = False, 
 
 def not_started(exitcode: int | None) -> str:
     """Why a worker that never said it was ready died: most often, the script that started it runs `check()` at
-    import, so multiprocessing's spawn, which imports that script in each new process, runs it again there."""
+    import, so multiprocessing (the fork server, or spawn), which imports that script in each new process, runs it
+    again there."""
     return (f"a worker process exited with status {exitcode} before it started (its own error is printed above, "
             "on stderr). If a script calls fuzz.check(..., workers=N) at module level, each worker process, "
             "which imports that script as it starts, runs that call again and fails: put the call under "
