@@ -103,7 +103,7 @@ def _positive_seconds(text: str) -> float:
 def _common_options(parser: argparse.ArgumentParser, examples_help: str, gradient_examples_help: str) -> None:
     jobs = default_jobs()
     parser.add_argument("--dtypes", type=_csv(DTYPE_NAMES, "--dtypes"), default=list(DTYPE_NAMES),
-                        help="comma-separated dtypes (default: all four)")
+                        help="comma-separated dtypes (default: all four; those a framework lacks are n/a cells)")
     parser.add_argument("--devices", type=_csv(("cpu", "cpu:1", "cuda"), "--devices"), default=None,
                         help="comma-separated devices (default: every device the framework sees)")
     parser.add_argument("--max-examples", type=_positive_int, default=DEFAULT_EXAMPLES, help=examples_help)
