@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
 
@@ -31,20 +33,24 @@ def accumulation_dtype(name: str) -> str:
     return "float32" if name in HALF_DTYPES else name
 
 
+@functools.cache  # a fact of the name: the judge asks for it on every comparison
 def unit_roundoff(name: str) -> float:
     """u = 2**-p for a p-bit significand: the largest relative error of one rounding to nearest."""
     return float(ml_dtypes.finfo(numpy_dtype(name)).eps) / 2
 
 
+@functools.cache  # a fact of the name: the judge asks for it on every comparison
 def smallest_subnormal(name: str) -> float:
     """The absolute error floor of one rounding where results underflow."""
     return float(ml_dtypes.finfo(numpy_dtype(name)).smallest_subnormal)
 
 
+@functools.cache  # a fact of the name: the judge asks for it on every comparison
 def smallest_normal(name: str) -> float:
     return float(ml_dtypes.finfo(numpy_dtype(name)).tiny)
 
 
+@functools.cache  # a fact of the name: the judge asks for it on every comparison
 def largest(name: str) -> float:
     return float(ml_dtypes.finfo(numpy_dtype(name)).max)
 

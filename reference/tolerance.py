@@ -19,6 +19,7 @@ is.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,6 +77,7 @@ def ulp_error(got: np.ndarray, want: np.ndarray, dtype: str, scale: np.ndarray |
     return np.where(np.isfinite(err), err, np.inf)
 
 
+@functools.cache
 def _significand_bits(dtype: str) -> int:
     return -int(np.round(np.log2(unit_roundoff(dtype))))  # u = 2**-p
 

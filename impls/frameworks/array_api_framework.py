@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from impls.frameworks.base import CheckMode, Framework, Inputs, SnippetSyntax
+from impls.frameworks.base import CheckMode, Framework, Inputs, SnippetSyntax, dtype_text
 from reference.case import Case
 from reference.dtypes import numpy_dtype
 
@@ -64,7 +64,7 @@ class ArrayApiFramework(Framework):
         return isinstance(value, self.array_class)
 
     def dtype_of(self, value: Any) -> str:
-        return str(value.dtype).removeprefix("array_api_strict.")  # "array_api_strict.float32" -> "float32"
+        return dtype_text(value.dtype).removeprefix("array_api_strict.")  # "array_api_strict.float32" -> "float32"
 
     def device_of(self, value: Any) -> str:
         return "cpu" if value.device == self.device else str(value.device)

@@ -102,6 +102,21 @@ class CheckMode:
     wrap: str | None = None  # the wrapping as Python, the function as {}: "jax.jit({})"
 
 
+_DTYPE_TEXT: dict[Any, str] = {}
+
+
+def dtype_text(dtype: Any) -> str:
+    """`str(dtype)`, remembered per dtype object: the judge reads every output's and input's dtype on every call,
+    and NumPy builds the name anew each time."""
+    try:
+        return _DTYPE_TEXT[dtype]
+    except KeyError:
+        text = _DTYPE_TEXT[dtype] = str(dtype)
+        return text
+    except TypeError:  # an unhashable dtype object
+        return str(dtype)
+
+
 class Framework:
     """Base class of the adapters; each framework's module subclasses it and imports its framework only in
     `__init__` and its methods, so listing the adapters imports nothing."""
@@ -153,7 +168,7 @@ class Framework:
         raise NotImplementedError
 
     def dtype_of(self, value: Any) -> str:
-        return str(value.dtype)
+        return dtype_text(value.dtype)
 
     def device_of(self, value: Any) -> str:
         return "cpu"

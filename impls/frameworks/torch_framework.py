@@ -25,6 +25,7 @@ from impls.frameworks.base import (
     InputSnapshot,
     SnippetSyntax,
     cache_folder,
+    dtype_text,
     named_outputs,
     snippet_outputs,
 )
@@ -126,7 +127,7 @@ class TorchFramework(Framework):
         return isinstance(value, self.torch.Tensor)
 
     def dtype_of(self, value: Any) -> str:
-        return str(value.dtype).removeprefix("torch.")
+        return dtype_text(value.dtype).removeprefix("torch.")
 
     def device_of(self, value: Any) -> str:
         return value.device.type
