@@ -50,3 +50,63 @@ def test_the_builtins_are_deterministic_on_cpu(tmp_path):
     (cell,) = run_check(args)
     assert cell.ok and cell.deterministic is True
     assert "identical bits" in render_matrix([cell], ["float32"], {})
+
+
+SECOND_CALL_RAISES = """
+    import numpy as np
+
+    from impls.numpy_impl import sequence_vs_token_normalization
+
+    _seen = set()
+
+    def normalize(lp, adv, mask):
+        # Right on its first call on an array, wrong on a second call on the same one (state kept between calls).
+        if id(lp) in _seen:
+            raise RuntimeError("called twice on the same inputs")
+        _seen.add(id(lp))
+        return sequence_vs_token_normalization(lp, adv, mask)
+"""
+
+WRONG_ON_LONG_ROWS = """
+    import numpy as np
+
+    from impls.numpy_impl import sequence_vs_token_normalization
+
+    calls = []  # (the log-probs array itself, whether this call's ratio is wrong)
+
+    def normalize(lp, adv, mask):
+        out = sequence_vs_token_normalization(lp, adv, mask)
+        wrong = lp.shape[1] >= 300 and bool(mask.any())  # the bug: a wrong ratio on long rows
+        if wrong:
+            out["magnitude_ratio"] = out["magnitude_ratio"] + np.asarray(1, lp.dtype)
+        calls.append((lp, wrong))
+        return out
+"""
+
+
+def test_a_failure_of_the_second_call_alone_is_reported_with_its_case(tmp_path):
+    """Only the determinism call fails: the shrinker keeps making it (without it the failing example would pass
+    when replayed, and Hypothesis would call the run flaky)."""
+    (cell,) = _check(tmp_path, SECOND_CALL_RAISES, "second_call")
+    assert not cell.ok and cell.bugs, cell.failures
+    assert any("second call on the same inputs: " in failure and "called twice" in failure
+               for failure in cell.failures), cell.failures
+
+
+def test_after_a_failure_the_examples_make_no_determinism_call(tmp_path):
+    """The shrinker's many tries of a failing cell cost one call each, plus the relation's, not two."""
+    import importlib.util
+
+    path = tmp_path / "long_rows.py"
+    path.write_text(textwrap.dedent(WRONG_ON_LONG_ROWS))
+    spec = importlib.util.spec_from_file_location("long_rows", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from fuzz import check
+
+    report = check(module.normalize, framework="numpy", dtypes=["float32"], seed=3)
+    assert not report.ok
+    first_wrong = next(index for index, (_, wrong) in enumerate(module.calls) if wrong)
+    repeats = [index for index in range(1, len(module.calls)) if module.calls[index][0] is module.calls[index - 1][0]]
+    assert any(index < first_wrong for index in repeats)  # before it, every passing example calls twice
+    assert not [index for index in repeats if index > first_wrong], (first_wrong, len(module.calls), repeats)

@@ -146,8 +146,8 @@ def run_sharded_cell(task: CellTask, watcher: Watcher | None = None, subject: Su
     try:
         return fuzz_cell(subject, dtype=task.dtype, device=task.device, layouts=("contiguous",),
                          max_examples=task.examples, seed=task.seed, check=task.row,
-                         example_check=lambda subject, case, data: _example(task, engine, subject, state, case,
-                                                                            data),
+                         example_check=lambda subject, case, data, _repeat: _example(task, engine, subject, state,
+                                                                                     case, data),
                          bug=bug, emphasis="splits")
     except CallTimedOut as stopped:
         return interrupted_cell(snippet_source(subject), task, stopped.call, timed_out(stopped.seconds, stopped.call),

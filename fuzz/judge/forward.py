@@ -16,6 +16,13 @@ from reference.case import Case
 from reference.exact import exact_results, exact_tolerance
 from reference.tolerance import CONTRACT, Precision, error_ratio, ulp_error
 
+SECOND_CALL = "second call on the same inputs: "  # what a failure of the determinism call says first
+
+
+def failed_on_the_second_call(verdict: Verdict) -> bool:
+    """Whether the example failed only in its second call (the first one passed every check)."""
+    return bool(verdict.failures) and all(failure.message.startswith(SECOND_CALL) for failure in verdict.failures)
+
 
 def compare_values(got: ReadBack, case: Case, precision: Precision) -> Verdict:
     """Values within the tolerance model, and finite wherever the exact results are (a non-finite value where
@@ -71,7 +78,7 @@ def run_case(fn: Callable[..., Any], adapter: Framework, case: Case, repeat: boo
     if repeat and verdict.ok:
         again, second = call_safely(fn, *inputs)
         if not second.ok:
-            verdict.merge(second, prefix="second call on the same inputs: ")
+            verdict.merge(second, prefix=SECOND_CALL)
         else:
             repeated, _ = check_outputs(again, adapter, case)
             verdict.deterministic = repeated is not None and same_bits(values.values, repeated.values)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from fuzz.judge.draws import choice, draw_case, drawer
 from fuzz.judge.example import check_example
+from fuzz.judge.forward import failed_on_the_second_call
 from fuzz.judge.gradients import gradient_example
 from fuzz.judge.subject import Subject
 from fuzz.judge.verdict import Verdict
@@ -34,8 +35,9 @@ from reference.contracts import get_contract
 
 TARGET_CAP = 1e6  # hypothesis.target needs finite scores; anything above 1 is a failure anyway
 
-# One example: (the subject, the drawn case, Hypothesis' data for further draws) -> its verdict.
-ExampleCheck = Callable[[Subject, Case, Any], Verdict]
+# One example: (the subject, the drawn case, Hypothesis' data for further draws, whether to call a second time for
+# the determinism fact) -> its verdict.
+ExampleCheck = Callable[[Subject, Case, Any, bool], Verdict]
 
 
 @dataclass
@@ -85,10 +87,10 @@ def contract_label(subject: Subject) -> str:
     return subject.contract.label
 
 
-def forward_example(subject: Subject, case: Case, data: st.DataObject) -> Verdict:
+def forward_example(subject: Subject, case: Case, data: st.DataObject, repeat: bool = True) -> Verdict:
     """One forward example: the case, and one of its contract's relations."""
     relation = drawer(data)(choice(subject.relations(case.contract)), "metamorphic relation")
-    return check_example(subject, case, relation)
+    return check_example(subject, case, relation, repeat=repeat)
 
 
 def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[str], max_examples: int, seed: int,
@@ -99,6 +101,7 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
     result = CellResult(subject.name, device, dtype, check, layouts=tuple(layouts), precision=subject.precision.name,
                         contract=contract_label(subject))
     started = time.perf_counter()
+    failed: list[bool] = []  # per failing example so far: whether only its second call failed
 
     @hypothesis_seed(seed)
     @hypothesis_settings(max_examples)
@@ -113,7 +116,11 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
                          devices=[device], contract=contract, masked_values=subject.masked_values, emphasis=emphasis)
         if contract.bound:
             case = case.with_(story=((contract.name, contract.parameters_text), *case.story))
-        verdict = example_check(subject, case, data)
+        # Once the cell has failed, the examples left are mostly the shrinker's tries, most of which pass: the
+        # determinism fact (a second call) would be reported for none of them, and it doubled their cost. Unless a
+        # failure came from that second call: the shrinker must see it again.
+        repeat = not failed or any(failed)
+        verdict = example_check(subject, case, data, repeat)
         result.examples += 1
         result.worst = max(result.worst, min(verdict.worst, TARGET_CAP))
         result.worst_ulps = max(result.worst_ulps, verdict.ulps)
@@ -122,6 +129,7 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
         for label, ratio in verdict.error_ratios.items():
             target(min(ratio, TARGET_CAP), label=label)
         if not verdict.ok:
+            failed.append(failed_on_the_second_call(verdict))
             raise counterexample_of_kind(verdict.kind)(verdict.case or case, verdict)
 
     try:
