@@ -36,8 +36,8 @@ from fuzz.run.subjects import (
     declared_contract,
 )
 from fuzz.run.workers import Workers, default_jobs, run_cells
-from impls.frameworks import check_modes, prepare_process
-from impls.registry import builtin_names, get_implementation
+from impls.frameworks import adapter_class, check_modes, prepare_process
+from impls.registry import builtin_imports, builtin_names, get_implementation
 from reference.contracts import CONTRACT_NAMES, get_contract
 from reference.dtypes import DTYPE_NAMES
 from reference.tolerance import CONTRACT, PRECISIONS
@@ -338,20 +338,25 @@ def campaign_plan(args: argparse.Namespace) -> CampaignPlan:
 
 def campaign(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    plan = campaign_plan(args)
-    for name, reason in plan.skipped.items():
-        print(joined(wrap(f"skipped {name}: {reason}")), file=sys.stderr)
-    if not plan.tasks:
-        here = {spec.name: devices for spec, devices in plan.subjects}
-        reason = (no_matching_device(args.devices or [], here) if here
-                  else "no implementation asked for is available here")
-        print(f"error: {reason}", file=sys.stderr)
-        return USAGE_ERROR
-    print(joined(wrap(f"Fuzzing {len(plan.subjects)} implementation(s) in {len(plan.tasks)} cells, "
-                      f"{args.max_examples} examples per cell, seed {args.seed}, {args.jobs} worker(s)")),
-          file=sys.stderr)
-    results = run_cells(plan.tasks, jobs=args.jobs, timeout=args.timeout,
-                        priority=lambda task: _cost(task, plan.compiled))
+    # The workers' server imports the built-ins' frameworks and modules while this process plans (it imports them too)
+    workers = Workers(*builtin_imports(args.implementations, args.contracts))
+    try:
+        plan = campaign_plan(args)
+        for name, reason in plan.skipped.items():
+            print(joined(wrap(f"skipped {name}: {reason}")), file=sys.stderr)
+        if not plan.tasks:
+            here = {spec.name: devices for spec, devices in plan.subjects}
+            reason = (no_matching_device(args.devices or [], here) if here
+                      else "no implementation asked for is available here")
+            print(f"error: {reason}", file=sys.stderr)
+            return USAGE_ERROR
+        print(joined(wrap(f"Fuzzing {len(plan.subjects)} implementation(s) in {len(plan.tasks)} cells, "
+                          f"{args.max_examples} examples per cell, seed {args.seed}, {args.jobs} worker(s)")),
+              file=sys.stderr)
+        results = run_cells(plan.tasks, jobs=args.jobs, timeout=args.timeout,
+                            priority=lambda task: _cost(task, plan.compiled), started=workers)
+    finally:
+        workers.close()
     elapsed = time.perf_counter() - started
     print(f"\nConformance summary ({elapsed:.0f} s)")
     return _finish(results, args, plan.notes, {"command": "campaign", "seconds": elapsed, "skipped": plan.skipped,
@@ -428,12 +433,13 @@ def check(args: argparse.Namespace) -> int:
         print("error: --ranks runs a per-chunk loss on data-parallel ranks (torch.distributed under DDP, or "
               "jax.shard_map): it needs --accumulation and --framework torch or jax", file=sys.stderr)
         return USAGE_ERROR
-    # The workers start first: their imports overlap this process's loading of the target (each imports the
-    # function's frameworks, seconds with torch); they are stopped unused if the target does not load.
+    # The workers' server starts first: its imports of the function's frameworks (seconds with torch) overlap this
+    # process's loading of the target; it forks no worker if the target does not load.
     # (argparse and the checks above leave a --framework choice, or an engine that has an adapter)
     engine = args.sharded or (RANKS_ENGINES[args.framework] if args.ranks else None)
-    framework = engine_named(engine).framework if engine else check_modes()[args.framework][0]
-    workers = Workers((framework,)).start(args.jobs)
+    framework, mode = (engine_named(engine).framework, None) if engine else check_modes()[args.framework]
+    compiler = adapter_class(framework).compiler_modules if mode is not None and mode.wrap else ()
+    workers = Workers((framework,), compiler)
     try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
         if not args.sharded and not args.ranks:
             adapter = build_subject(check_spec(args, args.framework)).adapter

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from impls.frameworks import Framework, load_framework
+from impls.frameworks import Framework, adapter_class, load_framework
 from reference.contract import Contract
 from reference.contracts import CONTRACT_NAMES, get_contract
 from reference.dtypes import DTYPE_NAMES
@@ -198,6 +198,17 @@ def get_implementation(name: str, contract: str = DEFAULT) -> Implementation:
     if key in _failures:
         raise RuntimeError(f"implementation {name!r} is unavailable here: {_failures[key]}")
     return _loaded[key]
+
+
+def builtin_imports(names: Sequence[str], contracts: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The frameworks (adapter names) of the built-ins `names` of `contracts`, and the modules they import besides
+    (their own, and a compiled one's compiler), read from the registry without importing anything: what a
+    campaign's worker processes import before their first cell."""
+    specs = [_BUILTINS[contract][name] for contract in contracts for name in names
+             if name in _BUILTINS.get(contract, {})]
+    modules = [module for spec in specs
+               for module in (spec.module, *(adapter_class(spec.framework).compiler_modules if spec.compiled else ()))]
+    return tuple(dict.fromkeys(spec.framework for spec in specs)), tuple(dict.fromkeys(modules))
 
 
 def available_implementations(contract: str = DEFAULT) -> list[str]:

@@ -4,8 +4,9 @@ the run with it, even with one cell and one worker.
 Compiling (torch.compile's C++ kernels, XLA) dominates a run, and one cell compiles on about one core: two
 workers on two cores nearly halve the time. Workers are never forked from this process (torch and JAX have
 started threads by then), but from multiprocessing's fork server: a fresh single-threaded process that imports
-this module and the run's frameworks once (`Framework.modules`: importing them starts no device), so a worker
-starts in milliseconds where a spawned one imports torch again (2 to 4 s). Each builds its subjects once, so
+this module and the run's frameworks once (`Framework.modules`, and where the run compiles `compiler_modules`:
+importing them starts no device), so a worker starts in milliseconds where a spawned one imports torch again
+(2 to 4 s), and dynamo and inductor at its first compile (2 s more). Each builds its subjects once, so
 the graphs one cell compiled serve the next cell of that worker, and it lives for the whole run.
 
 Each worker tells this process when a call of the function starts (with its case) and ends. A call that
@@ -82,7 +83,7 @@ def _worker_main(connection: Connection, storage: str, frameworks: tuple[str, ..
     # `.hypothesis/` in the current directory by default: keep them in the run's temporary directory.
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = storage
     connection.send(("ready", None))  # started: what fails after this is a cell's business
-    for name in frameworks:  # imported while the parent still plans; a failing import is the first cell's to report
+    for name in frameworks:  # its adapters (their modules are imported already); a failing one is a cell's to report
         with contextlib.suppress(Exception):
             load_framework(name)
     watcher = PipeWatcher(connection)
@@ -141,27 +142,26 @@ def _failed(worker: _Worker, failure: str, kind: str, call: Call | None) -> Cell
                             contract=task.subject.bound_contract.label)
 
 
-def worker_context(frameworks: Sequence[str]) -> Any:
-    """Workers fork from a server that imported this module and the frameworks' modules (fuzz/run/processes.py)."""
-    return fork_server_context([__name__, *(module for name in frameworks for module in adapter_class(name).modules)])
+def worker_context(frameworks: Sequence[str], modules: Sequence[str] = ()) -> Any:
+    """Workers fork from a server that imported this module, the frameworks' modules and `modules`
+    (fuzz/run/processes.py)."""
+    return fork_server_context([__name__, *(module for name in frameworks for module in adapter_class(name).modules),
+                                *modules])
 
 
 class Workers:
-    """The worker processes of one run, which may be started before its cells are known: a worker's imports (2 to
-    4 s with torch) then overlap the parent's own loading of the target, which imports the same frameworks.
-    Each imports `frameworks` (adapter names) as soon as it starts, not when its first cell arrives.
-    `run_cells` stops them when it ends; `close` stops them where it never ran (the target did not load)."""
+    """The worker processes of one run, which may be made before its cells are known: the server they fork from
+    starts at once and imports `frameworks` (adapter names) and `modules` (a compiler, the built-ins' own modules:
+    importing them must start no thread) while this process loads the target or plans, which imports the same
+    (seconds with torch). Each worker is forked when `run_cells` first needs it, and makes its frameworks'
+    adapters before its first cell. `run_cells` stops them when it ends; `close` stops them where it never ran
+    (the target did not load)."""
 
-    def __init__(self, frameworks: tuple[str, ...] = ()) -> None:
-        self.context = worker_context(frameworks)
+    def __init__(self, frameworks: tuple[str, ...] = (), modules: tuple[str, ...] = ()) -> None:
+        self.context = worker_context(frameworks, modules)
         self._storage = tempfile.TemporaryDirectory(prefix="lossnorm-fuzz-")
         self.frameworks = frameworks
         self.started: list[_Worker] = []
-
-    def start(self, count: int) -> Workers:
-        while len(self.started) < count:
-            self.started.append(self.new())
-        return self
 
     def new(self) -> _Worker:
         return _Worker(self.context, self._storage.name, self.frameworks)

@@ -127,6 +127,9 @@ class Framework:
     # the modules a fresh process imports to use it, all at once (worker processes are forked from a server that
     # imported them: fuzz/run/workers.py); importing them must start no thread and initialize no device
     modules: tuple[str, ...] = ()
+    # what its compiled code imports besides, at its first compile (torch.compile's dynamo and inductor, seconds):
+    # imported with `modules` where a run has compiled code
+    compiler_modules: tuple[str, ...] = ()
     layouts: tuple[str, ...] = ("contiguous",)  # the layouts it can build (impls/layouts.py)
     layouts_note: str | None = None  # why some layouts do not exist here, for the matrix
     dtypes: tuple[str, ...] = DTYPE_NAMES

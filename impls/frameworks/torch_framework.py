@@ -62,6 +62,7 @@ class TorchFramework(Framework):
     name = "torch"
     array_type = "torch.Tensor"
     modules = ("torch",)
+    compiler_modules = ("torch._dynamo", "torch._inductor.compile_fx", "impls.frameworks.torch_compiler_warmup")
     layouts = STRIDED_LAYOUTS_WITHOUT_NEGATIVE
     layouts_note = "negative strides n/a: torch has none"
     differentiable = True

@@ -1,0 +1,54 @@
+"""The fork server that workers fork from: what a run's workers import before their first cell, and that those
+imports start no thread (a fork copies only the forking thread: one that held a lock would leave it held)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from impls.frameworks import FRAMEWORK_NAMES, adapter_class
+from impls.registry import builtin_imports
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_campaign_preloads_its_builtins_frameworks_and_modules_and_a_compiled_ones_compiler():
+    frameworks, modules = builtin_imports(["torch-eager", "torch-compile", "numpy"], ["magnitude", "reduction"])
+    assert frameworks == ("torch", "numpy")
+    compiler = adapter_class("torch").compiler_modules
+    assert compiler and set(compiler) <= set(modules)
+    assert {"impls.torch_eager", "impls.torch_compile", "impls.numpy_impl", "impls.torch_eager_reduction",
+            "impls.torch_compile_reduction", "impls.numpy_reduction"} <= set(modules)
+    eager = builtin_imports(["torch-eager", "numpy"], ["magnitude"])[1]
+    assert not set(compiler) & set(eager)  # eager code imports no compiler
+
+
+def test_listing_what_a_campaign_imports_imports_nothing():
+    code = ("import sys; from impls.registry import builtin_imports; builtin_imports(['torch-compile', 'jax-jit'], "
+            "['magnitude']); print(sorted(m for m in ('torch', 'jax') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="counts threads from /proc (Linux)")
+def test_a_compilers_modules_start_no_thread():
+    """What the fork server imports for compiled code (dynamo, inductor, inductor's probes of the CPU) starts no
+    thread beyond those of the frameworks' own modules."""
+    code = "\n".join([
+        "import importlib, os",
+        "from impls.frameworks import prepare_process, adapter_class",
+        "prepare_process()",
+        "threads = lambda: len(os.listdir('/proc/self/task'))",
+        f"for name in {list(FRAMEWORK_NAMES)!r}:",
+        "    for module in adapter_class(name).modules:",
+        "        importlib.import_module(module)",
+        "before = threads()",
+        f"for name in {list(FRAMEWORK_NAMES)!r}:",
+        "    for module in adapter_class(name).compiler_modules:",
+        "        importlib.import_module(module)",
+        "print(before, threads())",
+    ])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    before, after = out.stdout.split()
+    assert after == before, out.stdout
