@@ -1,9 +1,10 @@
-"""`python -m bench`: run the throughput suite under pytest-benchmark, then print the table, write the plot
-and (with --json) the records.
+"""`python -m bench`: run the throughput suite under pytest-benchmark, then print the table, write the
+plot and (with --json) the records.
 
-Everything the run writes goes under the directory it is started from: the --out folder (pytest-benchmark's
-JSON, the plot) and the autosaved runs in .benchmarks/, so two runs compare there with
-`pytest-benchmark compare 0001 0002` (or two JSON paths). Nothing is written next to the installed package.
+Everything the run writes goes under the directory it is started from: the --out folder
+(pytest-benchmark's JSON, the plot) and the autosaved runs in .benchmarks/, so two runs
+compare there with `pytest-benchmark compare 0001 0002` (or two JSON paths). Nothing is
+written next to the installed package.
 """
 
 from __future__ import annotations
