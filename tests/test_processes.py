@@ -52,3 +52,40 @@ def test_a_compilers_modules_start_no_thread():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     before, after = out.stdout.split()
     assert after == before, out.stdout
+
+
+def test_a_run_that_ends_before_forking_a_worker_leaves_no_process_behind():
+    """`check` of a target that does not load exits 2 at once: the fork server it started (still importing torch)
+    is stopped, not left running with the caller's output pipes open."""
+    code = "\n".join([
+        "import os",
+        "from fuzz.run import processes",
+        "from fuzz.run.workers import Workers",
+        "workers = Workers(('torch',), ('torch._dynamo',))",
+        "server = processes._server_pid()",
+        "workers.close()",
+        "try:",
+        "    os.kill(server, 0)",
+        "    alive = True",
+        "except ProcessLookupError:",
+        "    alive = False",
+        "print(server is not None, alive, processes._server_pid())",
+    ])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         timeout=60)
+    assert out.stdout.split() == ["True", "False", "None"], out.stdout + out.stderr
+
+
+def test_a_run_that_forked_workers_keeps_its_server_for_the_next():
+    code = "\n".join([
+        "from fuzz.run import processes",
+        "from fuzz.run.workers import Workers",
+        "workers = Workers()",
+        "server = processes._server_pid()",
+        "workers.new().stop()",
+        "workers.close()",
+        "print(processes._server_pid() == server is not None)",
+    ])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         timeout=60)
+    assert out.stdout.strip() == "True", out.stdout + out.stderr

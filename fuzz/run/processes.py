@@ -5,21 +5,57 @@ fork server (Windows), children are spawned: they import those modules themselve
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.util
+import os
+import signal
 from collections.abc import Sequence
 from typing import Any
 
 
-def fork_server_context(preload: Sequence[str]) -> Any:
+def start_fork_server(preload: Sequence[str]) -> tuple[Any, bool]:
     """A multiprocessing context whose children fork from the fork server, told to import `preload` (module
-    names; one that fails to import is skipped) when it starts. The server starts now, so its imports run while
-    this process goes on (the first child's start waits for them). A server this process already runs keeps its
-    own preloads, and the children import the rest themselves. The server starts with this process's environment
-    at that moment, so process-wide settings made before (`prepare_process`) hold in it."""
+    names; one that fails to import is skipped) when it starts; and whether this call started that server. The
+    server starts now, so its imports run while this process goes on (the first child's start waits for them). A
+    server this process already runs keeps its own preloads, and the children import the rest themselves. The
+    server starts with this process's environment at that moment, so process-wide settings made before
+    (`prepare_process`) hold in it."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
+        return multiprocessing.get_context("spawn"), False
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(dict.fromkeys(preload)))
+    running = _server_pid() is not None
     multiprocessing.forkserver.ensure_running()
-    return context
+    return context, not running
+
+
+def fork_server_context(preload: Sequence[str]) -> Any:
+    """`start_fork_server(preload)`'s context."""
+    return start_fork_server(preload)[0]
+
+
+def _server_pid() -> int | None:
+    # multiprocessing's own record of the server it started (private: Python has no public way to ask)
+    return getattr(getattr(multiprocessing.forkserver, "_forkserver", None), "_forkserver_pid", None)
+
+
+def stop_fork_server() -> None:
+    """Stop the fork server at once, even while it still imports its preloads: for a command that started it and
+    ends before forking anything (the target did not load), so that no process outlives the command, holding the
+    output pipes a caller waits on. The next child starts a fresh server. Where multiprocessing keeps its state
+    otherwise (another Python), nothing is done, and the server exits by itself when its imports are done."""
+    server, pid = getattr(multiprocessing.forkserver, "_forkserver", None), _server_pid()
+    if pid is None:
+        return
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    with contextlib.suppress(OSError, TypeError):
+        os.close(server._forkserver_alive_fd)
+    address = getattr(server, "_forkserver_address", None)
+    with contextlib.suppress(OSError, TypeError):
+        if address and not multiprocessing.util.is_abstract_socket_namespace(address):
+            os.unlink(address)
+    server._forkserver_alive_fd = server._forkserver_address = server._forkserver_pid = None

@@ -34,7 +34,7 @@ from fuzz.run.calls import DEFAULT_TIMEOUT, Call, Watcher
 from fuzz.run.cell import fuzz_task, progress
 from fuzz.run.interrupted import CRASH, TIMEOUT, died, interrupted_cell, timed_out
 from fuzz.run.plan import CellTask
-from fuzz.run.processes import fork_server_context
+from fuzz.run.processes import start_fork_server, stop_fork_server
 from fuzz.run.subjects import build_subject, snippet_source
 from impls.cores import usable_cores
 from impls.frameworks import adapter_class, load_framework
@@ -142,11 +142,11 @@ def _failed(worker: _Worker, failure: str, kind: str, call: Call | None) -> Cell
                             contract=task.subject.bound_contract.label)
 
 
-def worker_context(frameworks: Sequence[str], modules: Sequence[str] = ()) -> Any:
+def worker_context(frameworks: Sequence[str], modules: Sequence[str] = ()) -> tuple[Any, bool]:
     """Workers fork from a server that imported this module, the frameworks' modules and `modules`
-    (fuzz/run/processes.py)."""
-    return fork_server_context([__name__, *(module for name in frameworks for module in adapter_class(name).modules),
-                                *modules])
+    (fuzz/run/processes.py); and whether it was started here."""
+    return start_fork_server([__name__, *(module for name in frameworks for module in adapter_class(name).modules),
+                              *modules])
 
 
 class Workers:
@@ -158,12 +158,14 @@ class Workers:
     (the target did not load)."""
 
     def __init__(self, frameworks: tuple[str, ...] = (), modules: tuple[str, ...] = ()) -> None:
-        self.context = worker_context(frameworks, modules)
+        self.context, self._started_server = worker_context(frameworks, modules)
         self._storage = tempfile.TemporaryDirectory(prefix="lossnorm-fuzz-")
         self.frameworks = frameworks
         self.started: list[_Worker] = []
+        self._forked = False  # a worker was forked: the server has done its imports, and serves the whole run
 
     def new(self) -> _Worker:
+        self._forked = True
         return _Worker(self.context, self._storage.name, self.frameworks)
 
     def close(self) -> None:
@@ -178,6 +180,9 @@ class Workers:
             worker.stop()
         self.started = []
         self._storage.cleanup()
+        if self._started_server and not self._forked:  # the run ended before it began: nothing outlives it
+            stop_fork_server()
+            self._started_server = False
 
 
 def run_cells(tasks: Sequence[CellTask], *, jobs: int, fail_fast: bool = False, timeout: float = DEFAULT_TIMEOUT,
