@@ -13,6 +13,13 @@ from impls.registry import builtin_imports
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _run(code: str) -> str:
+    """What a fresh Python process running `code` (in the checkout) prints."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         timeout=120)
+    return out.stdout
+
+
 def test_a_campaign_preloads_its_builtins_frameworks_and_modules_and_a_compiled_ones_compiler():
     frameworks, modules = builtin_imports(["torch-eager", "torch-compile", "numpy"], ["magnitude", "reduction"])
     assert frameworks == ("torch", "numpy")
@@ -27,8 +34,7 @@ def test_a_campaign_preloads_its_builtins_frameworks_and_modules_and_a_compiled_
 def test_listing_what_a_campaign_imports_imports_nothing():
     code = ("import sys; from impls.registry import builtin_imports; builtin_imports(['torch-compile', 'jax-jit'], "
             "['magnitude']); print(sorted(m for m in ('torch', 'jax') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.strip() == "[]"
+    assert _run(code).strip() == "[]"
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="counts threads from /proc (Linux)")
@@ -49,9 +55,8 @@ def test_a_compilers_modules_start_no_thread():
         "        importlib.import_module(module)",
         "print(before, threads())",
     ])
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    before, after = out.stdout.split()
-    assert after == before, out.stdout
+    before, after = _run(code).split()
+    assert after == before
 
 
 def test_a_run_that_ends_before_forking_a_worker_leaves_no_process_behind():
@@ -71,9 +76,7 @@ def test_a_run_that_ends_before_forking_a_worker_leaves_no_process_behind():
         "    alive = False",
         "print(server is not None, alive, processes._server_pid())",
     ])
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
-                         timeout=60)
-    assert out.stdout.split() == ["True", "False", "None"], out.stdout + out.stderr
+    assert _run(code).split() == ["True", "False", "None"]
 
 
 def test_a_run_that_forked_workers_keeps_its_server_for_the_next():
@@ -86,6 +89,4 @@ def test_a_run_that_forked_workers_keeps_its_server_for_the_next():
         "workers.close()",
         "print(processes._server_pid() == server is not None)",
     ])
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
-                         timeout=60)
-    assert out.stdout.strip() == "True", out.stdout + out.stderr
+    assert _run(code).strip() == "True"
