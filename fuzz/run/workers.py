@@ -6,7 +6,7 @@ workers on two cores nearly halve the time. Workers are never forked from this p
 started threads by then), but from multiprocessing's fork server: a fresh single-threaded process that imports
 this module and the run's frameworks once (`Framework.modules`, and where the run compiles `compiler_modules`:
 importing them starts no device), so a worker starts in milliseconds where a spawned one imports torch again
-(2 to 4 s), and dynamo and inductor at its first compile (2 s more). Each builds its subjects once, so
+(2 to 4 s), and dynamo and inductor at its first compile. Each builds its subjects once, so
 the graphs one cell compiled serve the next cell of that worker, and it lives for the whole run.
 
 Each worker tells this process when a call of the function starts (with its case) and ends. A call that
