@@ -90,3 +90,20 @@ def test_a_run_that_forked_workers_keeps_its_server_for_the_next():
         "print(processes._server_pid() == server is not None)",
     ])
     assert _run(code).strip() == "True"
+
+
+def test_the_server_of_a_runs_workers_imports_what_its_tasks_run_on():
+    """`run_cells` without workers of its own (the API's `workers=N`, a sharded check's cells) preloads the tasks'
+    frameworks: a built-in's from the registry, a user's function's from its mode, with a compiled mode's compiler."""
+    from fuzz.run.plan import CellTask
+    from fuzz.run.subjects import SubjectSpec
+    from fuzz.run.workers import task_imports
+
+    def task(spec):
+        return CellTask(spec, "cpu", "float32", "forward", 1, 0)
+
+    assert task_imports([task(SubjectSpec("numpy"))]) == (("numpy",), ("impls.numpy_impl",))
+    assert task_imports([task(SubjectSpec("f.py:f", "torch"))]) == (("torch",), ())
+    compiled_and_jax = [task(SubjectSpec("f.py:f", "torch-compile")), task(SubjectSpec("g.py:g", "jax"))]
+    frameworks, modules = task_imports(compiled_and_jax)
+    assert frameworks == ("torch", "jax") and modules == adapter_class("torch").compiler_modules

@@ -37,7 +37,8 @@ from fuzz.run.plan import CellTask
 from fuzz.run.processes import start_fork_server, stop_fork_server
 from fuzz.run.subjects import build_subject, snippet_source
 from impls.cores import usable_cores
-from impls.frameworks import adapter_class, load_framework
+from impls.frameworks import adapter_class, check_modes, load_framework
+from impls.registry import builtin_imports
 
 
 class WorkerError(RuntimeError):
@@ -185,6 +186,23 @@ class Workers:
             self._started_server = False
 
 
+def task_imports(tasks: Sequence[CellTask]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The frameworks (adapter names) the tasks' subjects run on, and the modules they import besides (a built-in's
+    own, a compiled mode's compiler): what their workers' server imports."""
+    frameworks: list[str] = []
+    modules: list[str] = []
+    for spec in dict.fromkeys(task.subject for task in tasks):
+        if spec.framework is None:  # a built-in: the registry says
+            builtin_frameworks, builtin_modules = builtin_imports([spec.name], [spec.contract])
+            frameworks += builtin_frameworks
+            modules += builtin_modules
+        elif spec.framework in check_modes():  # a user's function under a `check --framework` mode
+            name, mode = check_modes()[spec.framework]
+            frameworks.append(name)
+            modules += adapter_class(name).compiler_modules if mode.wrap else ()
+    return tuple(dict.fromkeys(frameworks)), tuple(dict.fromkeys(modules))
+
+
 def run_cells(tasks: Sequence[CellTask], *, jobs: int, fail_fast: bool = False, timeout: float = DEFAULT_TIMEOUT,
               priority: Callable[[CellTask], int] = lambda task: 0, started: Workers | None = None) -> list[CellResult]:
     """Every task's result, in the tasks' order, each cell run in a worker process (at most `jobs` of them; those
@@ -195,7 +213,7 @@ def run_cells(tasks: Sequence[CellTask], *, jobs: int, fail_fast: bool = False, 
     worker."""
     pending = deque(sorted(range(len(tasks)), key=lambda i: -priority(tasks[i])))
     done: dict[int, CellResult] = {}
-    pool = started or Workers()
+    pool = started or Workers(*task_imports(tasks))
     workers = pool.started  # the live workers: one that died is replaced by a fresh one
     try:
         while pending or any(worker.task for worker in workers):
