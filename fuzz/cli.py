@@ -35,8 +35,8 @@ from fuzz.run.subjects import (
     build_subject,
     declared_contract,
 )
-from fuzz.run.workers import Workers, default_jobs, run_cells
-from impls.frameworks import adapter_class, check_modes, prepare_process
+from fuzz.run.workers import Workers, default_jobs, mode_imports, run_cells
+from impls.frameworks import prepare_process
 from impls.registry import builtin_imports, builtin_names, get_implementation
 from reference.contracts import CONTRACT_NAMES, get_contract
 from reference.dtypes import DTYPE_NAMES
@@ -437,9 +437,8 @@ def check(args: argparse.Namespace) -> int:
     # process's loading of the target; it forks no worker if the target does not load.
     # (argparse and the checks above leave a --framework choice, or an engine that has an adapter)
     engine = args.sharded or (RANKS_ENGINES[args.framework] if args.ranks else None)
-    framework, mode = (engine_named(engine).framework, None) if engine else check_modes()[args.framework]
-    compiler = adapter_class(framework).compiler_modules if mode is not None and mode.wrap else ()
-    workers = Workers((framework,), compiler)
+    (framework,), modules = mode_imports(engine_named(engine).framework if engine else args.framework)
+    workers = Workers((framework,), modules)
     try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
         if not args.sharded and not args.ranks:
             adapter = build_subject(check_spec(args, args.framework)).adapter

@@ -101,12 +101,13 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
     result = CellResult(subject.name, device, dtype, check, layouts=tuple(layouts), precision=subject.precision.name,
                         contract=contract_label(subject))
     started = time.perf_counter()
-    failed: list[bool] = []  # per failing example so far: whether only its second call failed
+    failed = second_call_failed = False  # an example failed; one of them only in its second call
 
     @hypothesis_seed(seed)
     @hypothesis_settings(max_examples)
     @given(st.data())
     def property_holds(data: st.DataObject) -> None:
+        nonlocal failed, second_call_failed
         contract, draw = subject.contract, drawer(data)
         if subject.draws_parameters:  # a built-in fuzzed in every mode: one drawn per example
             menu = contract.parameter_menu
@@ -119,7 +120,7 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
         # Once the cell has failed, the examples left are mostly the shrinker's tries, most of which pass: the
         # determinism fact (a second call) would be reported for none of them, and it doubled their cost. Unless a
         # failure came from that second call: the shrinker must see it again.
-        repeat = not failed or any(failed)
+        repeat = not failed or second_call_failed
         verdict = example_check(subject, case, data, repeat)
         result.examples += 1
         result.worst = max(result.worst, min(verdict.worst, TARGET_CAP))
@@ -129,7 +130,7 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
         for label, ratio in verdict.error_ratios.items():
             target(min(ratio, TARGET_CAP), label=label)
         if not verdict.ok:
-            failed.append(failed_on_the_second_call(verdict))
+            failed, second_call_failed = True, second_call_failed or failed_on_the_second_call(verdict)
             raise counterexample_of_kind(verdict.kind)(verdict.case or case, verdict)
 
     try:

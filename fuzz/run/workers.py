@@ -186,6 +186,13 @@ class Workers:
             self._started_server = False
 
 
+def mode_imports(mode: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The framework (adapter name) a user's function runs on under a `check --framework` mode (or an engine's
+    framework), and the modules it imports besides (a compiled mode's compiler): what its workers' server imports."""
+    name, check_mode = check_modes()[mode]
+    return (name,), adapter_class(name).compiler_modules if check_mode.wrap else ()
+
+
 def task_imports(tasks: Sequence[CellTask]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The frameworks (adapter names) the tasks' subjects run on, and the modules they import besides (a built-in's
     own, a compiled mode's compiler): what their workers' server imports."""
@@ -193,13 +200,13 @@ def task_imports(tasks: Sequence[CellTask]) -> tuple[tuple[str, ...], tuple[str,
     modules: list[str] = []
     for spec in dict.fromkeys(task.subject for task in tasks):
         if spec.framework is None:  # a built-in: the registry says
-            builtin_frameworks, builtin_modules = builtin_imports([spec.name], [spec.contract])
-            frameworks += builtin_frameworks
-            modules += builtin_modules
+            imports = builtin_imports([spec.name], [spec.contract])
         elif spec.framework in check_modes():  # a user's function under a `check --framework` mode
-            name, mode = check_modes()[spec.framework]
-            frameworks.append(name)
-            modules += adapter_class(name).compiler_modules if mode.wrap else ()
+            imports = mode_imports(spec.framework)
+        else:
+            continue
+        frameworks += imports[0]
+        modules += imports[1]
     return tuple(dict.fromkeys(frameworks)), tuple(dict.fromkeys(modules))
 
 
