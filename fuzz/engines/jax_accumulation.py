@@ -47,6 +47,7 @@ import numpy as np
 
 from fuzz.engines.accumulation import EMPTY_CHUNK, Accumulation
 from fuzz.engines.chunks import BUCKET_ROWS, BUCKET_WIDTHS, ChunkSplit, chunk_weight, draw_chunks, explain_combination
+from fuzz.engines.jax_worker import JAX_MESH_PROCESS
 from fuzz.engines.judge import PADDING_NOT_ZERO
 from fuzz.engines.split import padded_size
 from fuzz.judge.draws import Draw
@@ -109,6 +110,7 @@ class JaxAccumulation(Accumulation):
     kind = "shard_map ranks"
     padded = True
     in_process = False
+    worker_setup = JAX_MESH_PROCESS
     campaign_examples = 6  # a new chunk shape compiles (XLA, ~0.5 s forward, ~1.5 s with the backward)
 
     def devices(self, spec: Any) -> list[str]:

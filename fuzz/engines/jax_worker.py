@@ -32,6 +32,7 @@ from fuzz.judge.verdict import Verdict
 from reference.case import Case
 
 DEVICES = 4  # the largest mesh has 4 devices
+JAX_MESH_PROCESS = "the JAX mesh process"  # the engines' worker_setup: `jax_worker()`'s process, kept per worker
 
 
 def shard_map_function() -> Any:
@@ -223,6 +224,7 @@ class JaxWorkerEngine(Engine):
 
     framework = "jax"
     padded = True
+    worker_setup = JAX_MESH_PROCESS
 
     def mapped(self, fn: Any, mesh: Any, contract: Any) -> Any:
         """The global function the worker jits: in the worker process, with JAX imported."""

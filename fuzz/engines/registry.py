@@ -37,6 +37,10 @@ class Engine:
     gradients = True  # the campaign checks gradients on it
     in_process = False  # the function runs in this process (a subject built as `check` builds it), not on ranks
     campaign_examples = 6  # examples per campaign cell: a split's round trip to its ranks costs tens of ms
+    # What a worker process starts for this engine's cells and keeps for the next ones (a pool of torch ranks, the
+    # JAX mesh process): engines that name the same share it, and run_cells gives their cells to the worker that
+    # started it. "" for none.
+    worker_setup = ""
 
     def row(self, shape: tuple[int, int] | None, check: str) -> str:
         return f"{self.kind} {mesh_name(shape or (1, 1))}" + (" gradients" if check == "gradients" else "")

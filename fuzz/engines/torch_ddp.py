@@ -27,6 +27,7 @@ import numpy as np
 
 from fuzz.engines.accumulation import Accumulation
 from fuzz.engines.chunks import ChunkSplit, chunk_weight, explain_combination
+from fuzz.engines.torch_ranks import TORCH_RANK_POOLS
 from fuzz.judge.forward import compare_values
 from fuzz.judge.gradients import judge_gradients
 from fuzz.judge.outputs import GRADIENT_MISSING, ReadBack
@@ -132,6 +133,7 @@ class TorchDDP(Accumulation):
     kind = "DDP ranks"
     in_process = False
     campaign_examples = 6
+    worker_setup = TORCH_RANK_POOLS
 
     def devices(self, spec: Any) -> list[str]:
         return ["cpu"]  # gloo: NCCL needs a GPU per rank

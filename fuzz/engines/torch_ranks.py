@@ -302,6 +302,9 @@ def close_pools() -> None:
 
 # ------------------------------------------------------------------------------------------------- the engine
 
+TORCH_RANK_POOLS = "torch rank pools"  # the engines' worker_setup: `pool_for`'s pools, kept per worker process
+
+
 class TorchRanks(Engine):
     """Every rank of the mesh calls `fn(*its inputs, data_group=..., sequence_group=...)` at the same time, on
     gloo (NCCL on CUDA, for the meshes that fit the GPUs); gradients through the collectives, each replica
@@ -310,6 +313,7 @@ class TorchRanks(Engine):
     name = "torch"
     framework = "torch"
     replicas_sum_cotangents = True
+    worker_setup = TORCH_RANK_POOLS
 
     def devices(self, spec: Any) -> list[str]:
         from impls.frameworks import load_framework

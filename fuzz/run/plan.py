@@ -33,6 +33,15 @@ class CellTask:
 
         return engine_named(self.engine).row(self.mesh, self.check)
 
+    @property
+    def worker_setup(self) -> str:
+        """What a worker starts for this cell and keeps for the next (its engine's `worker_setup`); "" for none."""
+        if self.engine is None:
+            return ""
+        from fuzz.engines.registry import engine_named
+
+        return engine_named(self.engine).worker_setup
+
 
 def default_gradient_examples(max_examples: int, split: bool) -> int:
     """Examples per gradient cell unless asked: half the forward's, and as many for an engine's cells (a batch

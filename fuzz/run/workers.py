@@ -222,15 +222,17 @@ def run_cells(tasks: Sequence[CellTask], *, jobs: int, fail_fast: bool = False, 
     done: dict[int, CellResult] = {}
     pool = started or Workers(*task_imports(tasks))
     workers = pool.started  # the live workers: one that died is replaced by a fresh one
+    setups = [task.worker_setup for task in tasks]
+    holders: dict[str, _Worker] = {}  # each worker_setup's worker: the one that started it
     try:
         while pending or any(worker.task for worker in workers):
             for worker in workers:
                 if worker.task is None and pending:
-                    index = pending.popleft()
+                    index = _take(pending, setups, worker, holders)
                     worker.assign(index, tasks[index])
             while pending and len(workers) < min(jobs, len(tasks)):
                 workers.append(pool.new())
-                index = pending.popleft()
+                index = _take(pending, setups, workers[-1], holders)
                 workers[-1].assign(index, tasks[index])
             finished = _wait_for_news(workers, timeout)
             for worker, result in finished:
@@ -240,11 +242,28 @@ def run_cells(tasks: Sequence[CellTask], *, jobs: int, fail_fast: bool = False, 
                 if not worker.process.is_alive():
                     worker.stop()
                     workers.remove(worker)
+                    for setup in [setup for setup, holder in holders.items() if holder is worker]:
+                        del holders[setup]
             if fail_fast and any(not result.ok for _, result in finished):
                 break
     finally:
         pool.close()
     return [done[i] for i in sorted(done)]
+
+
+def _take(pending: deque[int], setups: Sequence[str], worker: _Worker, holders: dict[str, _Worker]) -> int:
+    """The next task for `worker`, removed from `pending`: the first (in priority order) that needs no worker setup
+    (`setups[index]` ""), or the one this worker holds, or one no worker has started yet (this worker then holds
+    it). A cell whose setup another worker holds waits for that worker (a pool of ranks, a JAX process: seconds to
+    start again), unless nothing else is left, where waiting would leave this worker idle."""
+    position = next((position for position, index in enumerate(pending)
+                     if holders.get(setups[index], worker) is worker), 0)
+    index = pending[position]
+    del pending[position]
+    setup = setups[index]
+    if setup:
+        holders.setdefault(setup, worker)
+    return index
 
 
 def not_started(exitcode: int | None) -> str:
