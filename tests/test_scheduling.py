@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from collections import deque
 
+from fuzz.engines.jax_worker import JAX_MESH_PROCESS as MESH
 from fuzz.engines.registry import engine_named
+from fuzz.engines.torch_ranks import TORCH_RANK_POOLS as RANKS
 from fuzz.run.workers import _take
-
-RANKS, MESH = "torch rank pools", "the JAX mesh process"
 
 
 def test_engines_that_share_a_process_setup_name_the_same_one():
     assert engine_named("torch").worker_setup == engine_named("ddp").worker_setup == RANKS
     assert engine_named("jax").worker_setup == engine_named("jax-plain").worker_setup == MESH
     assert engine_named("jax-accumulation").worker_setup == MESH
+    assert RANKS != MESH
     assert engine_named("accumulation").worker_setup == ""  # micro-batches in the worker's own process
 
 
