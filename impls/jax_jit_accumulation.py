@@ -37,13 +37,14 @@ contract):
   half inputs (float64 for float64). Plain autodiff, no custom derivative: the same code runs under shard_map,
   whose replication check wants every tangent typed as its primal (impls/jax_jit.py's CPU row blocks give their
   integer counts an untyped float0 tangent, which `jax.vjp` inside shard_map rejects);
-- one module-level jitted core with the mode and L_max static (checked and their aliases resolved in Python,
-  once per call); the counts and the compensation are traced, so a new step's N, D, R or G compiles nothing.
+- one module-level jitted core, compiled once per shape, dtype and device for every mode: the core computes
+  every mode's few scalars from the same row pass and the declared one is picked by its index, an operand like
+  L_max (checked and their aliases resolved in Python, once per call); the counts and the compensation are
+  traced too, so a new step's N, D, R or G, or another mode, compiles nothing.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 
 import jax
@@ -52,8 +53,10 @@ import numpy as np
 from jax import lax
 
 from impls.jax_jit import _describe, _whole_rows
+from impls.jax_jit_reduction import divide
 from impls.validation import validate_inputs
 from reference.accumulation import CONTRACT as ACCUMULATION
+from reference.reduction import MODES
 
 ROWS = ("all", "nonempty")
 
@@ -87,28 +90,21 @@ def _at_least_one(count: jax.Array, accumulate: jnp.dtype) -> jax.Array:
     return jnp.maximum(jnp.asarray(count), 1).astype(accumulate)  # clamped while an integer, then converted once
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "l_max"))
+@jax.jit
 def compiled_chunk_loss(token_losses: jax.Array, token_mask: jax.Array, num_tokens: jax.Array,
-                        num_sequences: jax.Array, compensation: jax.Array, mode: str,
-                        l_max: float | None) -> jax.Array:
-    """One micro-batch's share in the accumulation dtype (float32 for half inputs, float64 for float64)."""
+                        num_sequences: jax.Array, compensation: jax.Array, mode: jax.Array,
+                        l_max: jax.Array) -> jax.Array:
+    """One micro-batch's share of MODES[mode] in the accumulation dtype (float32 for half inputs, float64 for
+    float64), with the step's N and D (N = 0 or D = 0 on every rank: every sum is 0, and 0 / 1 = 0)."""
     accumulate = jnp.promote_types(token_losses.dtype, jnp.float32)
     sums, counts = _whole_rows(token_losses, token_mask, accumulate)  # where-selected sums, int32 counts
-    if mode == "token-sum":
-        loss = jnp.sum(sums)
-    elif mode == "token-mean":
-        loss = jnp.sum(sums) / _at_least_one(num_tokens, accumulate)  # N = 0 on every rank: every sum is 0
-    elif mode == "seq-mean-token-mean":  # an empty row's mean: 0 / 1 = 0
-        loss = jnp.sum(sums / jnp.maximum(counts, 1).astype(accumulate)) / _at_least_one(num_sequences, accumulate)
-    elif mode == "seq-mean-token-sum":
-        loss = jnp.sum(sums) / _at_least_one(num_sequences, accumulate)
-    else:  # seq-mean-token-sum-norm: the declared L_max, never the width
-        loss = jnp.sum(sums) / (_at_least_one(num_sequences, accumulate) * l_max)
+    loss = divide(sums, counts, _at_least_one(num_tokens, accumulate), _at_least_one(num_sequences, accumulate),
+                  jnp.asarray(l_max).astype(accumulate), mode)
     return (loss * jnp.asarray(compensation).astype(accumulate)).astype(accumulate)
 
 
 def compiled_count() -> int:
-    """Traces compiled so far (one per shape, dtype, device and declared mode); benchmarks check that timing
+    """Traces compiled so far (one per shape, dtype and device, for every mode); benchmarks check that timing
     compiles none."""
     return int(compiled_chunk_loss._cache_size())
 
@@ -130,8 +126,8 @@ def chunk_loss(token_losses: jax.Array, token_mask: jax.Array, *, num_tokens: in
     declared = ACCUMULATION.canonical_parameters({"mode": mode, "rows": rows, "l_max": l_max,
                                                   "dp_reduce": dp_reduce, "backward_scale": backward_scale})
     return compiled_chunk_loss(token_losses, token_mask, num_tokens, num_sequences,
-                               _compensation(declared, dp_size, accumulation_steps), mode=str(declared["mode"]),
-                               l_max=declared["l_max"])
+                               _compensation(declared, dp_size, accumulation_steps), MODES.index(declared["mode"]),
+                               declared["l_max"] or 1.0)
 
 
 def _axis_size(axis_name: str) -> int:
