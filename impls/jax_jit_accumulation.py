@@ -38,9 +38,12 @@ contract):
   whose replication check wants every tangent typed as its primal (impls/jax_jit.py's CPU row blocks give their
   integer counts an untyped float0 tangent, which `jax.vjp` inside shard_map rejects);
 - one module-level jitted core, compiled once per shape, dtype and device for every mode: the core computes
-  every mode's few scalars from the same row pass and the declared one is picked by its index, an operand like
-  L_max (checked and their aliases resolved in Python, once per call); the counts and the compensation are
-  traced too, so a new step's N, D, R or G, or another mode, compiles nothing.
+  every mode's few scalars from the same row pass and picks the declared one by its index, an operand like L_max
+  (checked and their aliases resolved in Python, once per call); the counts and the compensation are traced too,
+  so a new step's N, D, R or G, or another mode, compiles nothing. Micro-batches come in a few padded shapes
+  that repeat step after step, so a mode static to the jit would compile each of those shapes again per mode
+  (impls/jax_jit_reduction.py keeps its mode static: a whole batch's shape rarely repeats, and one mode's
+  program compiles faster than every mode's).
 """
 
 from __future__ import annotations
@@ -53,8 +56,8 @@ import numpy as np
 from jax import lax
 
 from impls.jax_jit import _describe, _whole_rows
-from impls.jax_jit_reduction import divide
 from impls.validation import validate_inputs
+from reference import reduction
 from reference.accumulation import CONTRACT as ACCUMULATION
 from reference.reduction import MODES
 
@@ -88,6 +91,22 @@ def global_normalizers(token_masks: Iterable[jax.Array], rows: str = "all",
 
 def _at_least_one(count: jax.Array, accumulate: jnp.dtype) -> jax.Array:
     return jnp.maximum(jnp.asarray(count), 1).astype(accumulate)  # clamped while an integer, then converted once
+
+
+def divide(sums: jax.Array, counts: jax.Array, tokens: jax.Array, rows: jax.Array, l_max: jax.Array,
+           mode: jax.Array) -> jax.Array:
+    """The loss of MODES[mode] from the rows' sums and exact integer counts, N (`tokens`), D (`rows`) and L_max,
+    the last three in the sums' dtype and each count at least 1 (N = 0 or D = 0: every sum is 0, and 0 / 1 = 0):
+    each row's sum, divided by its count for seq-mean-token-mean (the row's mean; an empty row's is 0 / 1 = 0),
+    summed, then divided by the mode's divisor: N, D, D * L_max, D or 1. A division by 1 is exact, so each mode
+    rounds as its own formula does; the loss is linear in `sums`, with finite coefficients, so every mode but
+    the declared one contributes exactly 0 gradient."""
+    accumulate = sums.dtype
+    per_row = jnp.where(mode == MODES.index(reduction.SEQ_MEAN_TOKEN_MEAN), jnp.maximum(counts, 1), 1)
+    divisors = {reduction.TOKEN_MEAN: tokens, reduction.SEQ_MEAN_TOKEN_MEAN: rows,
+                reduction.SEQ_MEAN_TOKEN_SUM_NORM: rows * l_max,  # the declared L_max, never the width
+                reduction.SEQ_MEAN_TOKEN_SUM: rows, reduction.TOKEN_SUM: jnp.ones((), accumulate)}
+    return jnp.sum(sums / per_row.astype(accumulate)) / jnp.stack([divisors[name] for name in MODES])[mode]
 
 
 @jax.jit

@@ -11,12 +11,9 @@ rows with a selected token (rows="nonempty"). Float64 inputs exist only where th
 mode; importing this module changes no global setting.
 
 The same choices as impls/torch_eager_reduction.py, each for the bug it prevents:
-- one module-level jitted core, compiled once per shape, dtype and device for every mode: each mode is the same
-  pass for the row sums and counts followed by a few scalars, so the core computes every mode's scalars and
-  picks the declared one by its index, an operand like rows and L_max (checked and their aliases resolved in
-  Python, once per call). A jit made per call, or a mode static to the jit, would compile the pass again per
-  call or per mode; a trainer that switches modes, and the fuzzer that draws one per example, compile nothing
-  more;
+- one module-level jitted core, with the mode, rows and L_max static: the parameters are checked and their
+  aliases resolved in Python, once per call, and each declared reduction compiles once per shape and dtype
+  (a jit made per call, or a traced mode string, would recompile every step);
 - the row pass is impls/jax_jit.py's: per platform (row blocks on CPU, one fused `where`-and-sum elsewhere),
   it selects with `where`, never a product, so -inf or NaN padding never reaches the loss (verl #6349), and
   its derivative is given directly: exactly 0 at every masked position, the row's cotangent at the others;
@@ -32,6 +29,8 @@ The same choices as impls/torch_eager_reduction.py, each for the bug it prevents
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,14 +38,6 @@ import numpy as np
 from impls.jax_jit import _describe, _selected_sums_and_counts
 from impls.validation import validate_inputs
 from reference.reduction import CONTRACT as REDUCTION
-from reference.reduction import (
-    MODES,
-    SEQ_MEAN_TOKEN_MEAN,
-    SEQ_MEAN_TOKEN_SUM,
-    SEQ_MEAN_TOKEN_SUM_NORM,
-    TOKEN_MEAN,
-    TOKEN_SUM,
-)
 
 
 def validate(token_losses: jax.Array, token_mask: jax.Array, mode: str, rows: str,
@@ -57,46 +48,40 @@ def validate(token_losses: jax.Array, token_mask: jax.Array, mode: str, rows: st
     return REDUCTION.canonical_parameters({"mode": mode, "rows": rows, "l_max": l_max})
 
 
-def divide(sums: jax.Array, counts: jax.Array, tokens: jax.Array, rows: jax.Array, l_max: jax.Array,
-           mode: jax.Array) -> jax.Array:
-    """The loss of MODES[mode] from the rows' sums and exact integer counts, N (`tokens`), D (`rows`) and L_max,
-    the last three in the sums' dtype and each count at least 1 (N = 0 or D = 0: every sum is 0, and 0 / 1 = 0):
-    each row's sum, divided by its count for seq-mean-token-mean (the row's mean; an empty row's is 0 / 1 = 0),
-    summed, then divided by the mode's divisor: N, D, D * L_max, D or 1. A division by 1 is exact, so each mode
-    rounds as its own formula does; the loss is linear in `sums`, with finite coefficients, so every mode but
-    the declared one contributes exactly 0 gradient."""
+def reduce_rows(sums: jax.Array, counts: jax.Array, mode: str, rows: str, l_max: float | None) -> jax.Array:
+    """The loss of a mode from the rows' sums (in the accumulation dtype) and their exact integer counts; each
+    divisor clamped to 1 before it divides, converted to the accumulation dtype once."""
     accumulate = sums.dtype
-    per_row = jnp.where(mode == MODES.index(SEQ_MEAN_TOKEN_MEAN), jnp.maximum(counts, 1), 1).astype(accumulate)
-    divisors = {TOKEN_MEAN: tokens, SEQ_MEAN_TOKEN_MEAN: rows, SEQ_MEAN_TOKEN_SUM_NORM: rows * l_max,
-                SEQ_MEAN_TOKEN_SUM: rows, TOKEN_SUM: jnp.ones((), accumulate)}  # the declared L_max, never the width
-    return jnp.sum(sums / per_row) / jnp.stack([divisors[name] for name in MODES])[mode]
+    if mode == "token-sum":
+        return jnp.sum(sums)
+    if mode == "token-mean":
+        # N = 0: every sum is 0, and 0 / 1 = 0; int64 where x64 is on (canonicalize gives int32 otherwise)
+        tokens = jnp.sum(counts, dtype=jax.dtypes.canonicalize_dtype(np.int64))
+        return jnp.sum(sums) / jnp.maximum(tokens, 1).astype(accumulate)
+    if rows == "all":
+        divisor = jnp.asarray(max(sums.shape[0], 1), accumulate)  # B: static
+    else:
+        divisor = jnp.maximum(jnp.sum(counts > 0, dtype=jnp.int32), 1).astype(accumulate)  # B+
+    if mode == "seq-mean-token-mean":
+        means = sums / jnp.maximum(counts, 1).astype(accumulate)  # an empty row's mean: 0 / 1 = 0
+        return jnp.sum(means) / divisor
+    if mode == "seq-mean-token-sum":
+        return jnp.sum(sums) / divisor
+    return jnp.sum(sums) / (divisor * l_max)  # seq-mean-token-sum-norm: the declared L_max, never the width
 
 
-def reduce_rows(sums: jax.Array, counts: jax.Array, mode: jax.Array, nonempty: jax.Array,
-                l_max: jax.Array) -> jax.Array:
-    """The loss of MODES[mode] from the rows' sums (in the accumulation dtype) and their exact integer counts,
-    D the rows that hold a selected token where `nonempty`, else every row; N and D counted exactly, clamped to
-    1 while integers, then converted to the accumulation dtype once."""
-    accumulate = sums.dtype
-    # N in the widest integer JAX has: int64 where x64 is on (canonicalize gives int32 otherwise); B is static
-    tokens = jnp.maximum(jnp.sum(counts, dtype=jax.dtypes.canonicalize_dtype(np.int64)), 1).astype(accumulate)
-    rows = jnp.maximum(jnp.where(nonempty, jnp.sum(counts > 0, dtype=jnp.int32), sums.shape[0]), 1).astype(accumulate)
-    return divide(sums, counts, tokens, rows, l_max, mode)
-
-
-@jax.jit
-def compiled_reduction(token_losses: jax.Array, token_mask: jax.Array, mode: jax.Array, nonempty: jax.Array,
-                       l_max: jax.Array) -> jax.Array:
-    """The loss of MODES[mode] in the accumulation dtype (float32 for half inputs, float64 for float64); `nonempty`
-    and `l_max` are read by the modes that divide by D and the fixed-length mode."""
+@functools.partial(jax.jit, static_argnames=("mode", "rows", "l_max"))
+def compiled_reduction(token_losses: jax.Array, token_mask: jax.Array, mode: str, rows: str,
+                       l_max: float | None) -> jax.Array:
+    """The loss in the accumulation dtype: float32 for half inputs, float64 for float64."""
     accumulate = jnp.promote_types(token_losses.dtype, jnp.float32)
     sums, counts = _selected_sums_and_counts(token_losses, token_mask, accumulate)
-    return reduce_rows(sums, counts, mode, nonempty, jnp.asarray(l_max).astype(accumulate)).astype(accumulate)
+    return reduce_rows(sums, counts, mode, rows, l_max).astype(accumulate)
 
 
 def compiled_count() -> int:
-    """Traces compiled so far (one per shape, dtype and device, for every mode); benchmarks check that timing
-    compiles none."""
+    """Traces compiled so far (one per shape, dtype, device and declared reduction); benchmarks check that
+    timing compiles none."""
     return int(compiled_reduction._cache_size())
 
 
@@ -104,5 +89,5 @@ def loss_reduction(token_losses: jax.Array, token_mask: jax.Array, *, mode: str 
                    rows: str = "all", l_max: float | None = None) -> jax.Array:
     """The scalar loss of `mode` (reference/reduction.py); see the module docstring."""
     declared = validate(token_losses, token_mask, mode, rows, l_max)
-    return compiled_reduction(token_losses, token_mask, MODES.index(declared["mode"]), declared["rows"] == "nonempty",
-                              declared["l_max"] or 1.0)
+    return compiled_reduction(token_losses, token_mask, mode=str(declared["mode"]), rows=str(declared["rows"]),
+                              l_max=declared["l_max"])
