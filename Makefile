@@ -4,12 +4,17 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup fuzz test lint bench clean
+.PHONY: setup fuzz test lint bench clean lock
 
-$(STAMP): requirements.txt
+# The lock's two halves (every package of requirements.txt, pinned; lock/generate.py) install at once, one pip
+# each: a pip process unpacks and byte-compiles on one core. No package is in both; `pip check` checks the whole.
+$(STAMP): requirements.txt lock/first-half.txt lock/second-half.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -r lock/first-half.txt & first=$$!; \
+	$(PY) -m pip install --quiet --no-deps -r lock/second-half.txt; second=$$?; \
+	wait $$first && test $$second -eq 0
+	$(PY) -m pip check || { echo "the lock misses what requirements.txt needs: run make lock"; exit 1; }
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -25,6 +30,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench $(ARGS)
+
+lock:   ## rewrite lock/*.txt from requirements.txt (after editing it), in a scratch venv
+	$(PYTHON) lock/generate.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks
