@@ -12,6 +12,7 @@ only."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -104,6 +105,8 @@ HEADER = """# Written by `make lock` (lock/generate.py) from requirements.txt: e
 
 
 def main() -> None:
+    summary = __doc__.split("\n\n")[0].replace("\n", " ")
+    argparse.ArgumentParser(prog="lock/generate.py", description=summary).parse_args()  # --help, and no others
     first, second = split(lock_lines(REQUIREMENTS, installed(REQUIREMENTS)))
     for path, lines in zip(HALVES, (first, second)):
         path.write_text(HEADER + "\n".join(lines) + "\n")
