@@ -93,8 +93,8 @@ def _at_least_one(count: jax.Array, accumulate: jnp.dtype) -> jax.Array:
     return jnp.maximum(jnp.asarray(count), 1).astype(accumulate)  # clamped while an integer, then converted once
 
 
-def divide(sums: jax.Array, counts: jax.Array, tokens: jax.Array, rows: jax.Array, l_max: jax.Array,
-           mode: jax.Array) -> jax.Array:
+def _mode_loss(sums: jax.Array, counts: jax.Array, tokens: jax.Array, rows: jax.Array, l_max: jax.Array,
+               mode: jax.Array) -> jax.Array:
     """The loss of MODES[mode] from the rows' sums and exact integer counts, N (`tokens`), D (`rows`) and L_max,
     the last three in the sums' dtype and each count at least 1 (N = 0 or D = 0: every sum is 0, and 0 / 1 = 0):
     each row's sum, divided by its count for seq-mean-token-mean (the row's mean; an empty row's is 0 / 1 = 0),
@@ -117,8 +117,8 @@ def compiled_chunk_loss(token_losses: jax.Array, token_mask: jax.Array, num_toke
     float64), with the step's N and D (N = 0 or D = 0 on every rank: every sum is 0, and 0 / 1 = 0)."""
     accumulate = jnp.promote_types(token_losses.dtype, jnp.float32)
     sums, counts = _whole_rows(token_losses, token_mask, accumulate)  # where-selected sums, int32 counts
-    loss = divide(sums, counts, _at_least_one(num_tokens, accumulate), _at_least_one(num_sequences, accumulate),
-                  jnp.asarray(l_max).astype(accumulate), mode)
+    loss = _mode_loss(sums, counts, _at_least_one(num_tokens, accumulate), _at_least_one(num_sequences, accumulate),
+                      jnp.asarray(l_max).astype(accumulate), mode)
     return (loss * jnp.asarray(compensation).astype(accumulate)).astype(accumulate)
 
 

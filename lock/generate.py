@@ -28,16 +28,20 @@ NOT_LOCKED = {"pip"}  # the setup upgrades pip itself, before the lock
 # ratio is measured in docs/measurements.md): a package's work is its .py bytes times this, plus all its bytes.
 PYTHON_SOURCE_WEIGHT = 25
 
-# Run inside the scratch venv: each installed distribution's name, version and installing work (see above).
+# Run inside the scratch venv: each installed distribution's name, version, .py bytes and all its bytes.
 _LIST = """
 import json, importlib.metadata as m
 out = []
 for d in m.distributions():
-    files = d.files or []
-    source = sum((f.size or 0) for f in files if str(f).endswith(".py"))
-    out.append([d.metadata["Name"], d.version, WEIGHT * source + sum((f.size or 0) for f in files)])
+    sizes = [(str(f).endswith(".py"), f.size or 0) for f in d.files or []]
+    out.append([d.metadata["Name"], d.version, sum(s for py, s in sizes if py), sum(s for _, s in sizes)])
 print(json.dumps(out))
-""".replace("WEIGHT", str(PYTHON_SOURCE_WEIGHT))
+"""
+
+
+def work(source_bytes: int, all_bytes: int) -> int:
+    """What installing a package costs pip, in units of unpacked bytes."""
+    return PYTHON_SOURCE_WEIGHT * source_bytes + all_bytes
 
 
 def canonical(name: str) -> str:
@@ -68,7 +72,7 @@ def installed(requirements: Path) -> list[tuple[str, str, int]]:
         # run from the scratch folder: from the checkout, `-c` would list the project's own metadata too
         listed = subprocess.run([python, "-c", _LIST], check=True, capture_output=True, text=True,
                                 cwd=scratch).stdout
-    return [(name, version, size) for name, version, size in json.loads(listed)]
+    return [(name, version, work(source, total)) for name, version, source, total in json.loads(listed)]
 
 
 def split(packages: list[tuple[str, int]]) -> tuple[list[str], list[str]]:

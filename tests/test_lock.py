@@ -17,8 +17,10 @@ def _generator():
     return module
 
 
+generate = _generator()  # a script, not a package: loaded from its file
+
+
 def test_the_halves_are_disjoint_and_keep_every_line_of_requirements_txt():
-    generate = _generator()
     first, second = (generate.pinned_lines(path) for path in generate.HALVES)
     assert first and second and not set(first) & set(second)
     locked = {**first, **second}
@@ -29,6 +31,5 @@ def test_the_halves_are_disjoint_and_keep_every_line_of_requirements_txt():
 
 
 def test_the_largest_work_goes_first_each_to_the_lighter_half():
-    generate = _generator()
     assert generate.split([("b==1", 6), ("a==1", 10), ("c==1", 5), ("d==1", 1)]) == (["a==1", "d==1"], ["b==1", "c==1"])
     assert generate.split([]) == ([], [])
