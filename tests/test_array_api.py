@@ -100,3 +100,18 @@ def test_jax_grad_through_the_array_api_built_ins_with_a_concrete_mask():
     assert np.array_equal(np.asarray(grad), [[1.0, 0.0], [-0.5, -0.5]])
     grad = jax.grad(lambda x: loss_reduction(x, mask, mode="token-mean"))(losses)
     assert np.allclose(np.asarray(grad), [[1 / 3, 0.0], [1 / 3, 1 / 3]])
+
+
+def test_reading_a_strict_dtype_after_numpys_warns_nothing():
+    """The judge names every array's dtype through one cache shared by the frameworks: array_api_strict's dtypes
+    hash as NumPy's do and warn when compared with them, which printed a warning per cell in the campaign."""
+    import warnings
+
+    import array_api_strict
+
+    from impls.frameworks.base import dtype_text
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for dtype in (np.dtype("float32"), array_api_strict.float32, np.dtype("float64"), array_api_strict.float64):
+            assert dtype_text(dtype) == str(dtype)

@@ -102,16 +102,18 @@ class CheckMode:
     wrap: str | None = None  # the wrapping as Python, the function as {}: "jax.jit({})"
 
 
-_DTYPE_TEXT: dict[Any, str] = {}
+_DTYPE_TEXT: dict[tuple[type, Any], str] = {}
 
 
 def dtype_text(dtype: Any) -> str:
     """`str(dtype)`, remembered per dtype object: the judge reads every output's and input's dtype on every call,
-    and NumPy builds the name anew each time."""
+    and NumPy builds the name anew each time. The key holds the dtype's type first, so two libraries' dtypes of
+    equal hash are never compared with each other (array_api_strict warns on every such comparison)."""
+    key = (type(dtype), dtype)
     try:
-        return _DTYPE_TEXT[dtype]
+        return _DTYPE_TEXT[key]
     except KeyError:
-        text = _DTYPE_TEXT[dtype] = str(dtype)
+        text = _DTYPE_TEXT[key] = str(dtype)
         return text
     except TypeError:  # an unhashable dtype object
         return str(dtype)
