@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fuzz.engines.registry import RANKS_ENGINES
-from fuzz.loader import import_lines_for, load_target
+from fuzz.loader import CallShapeError, display_name, load_target, snippet_binding
 from fuzz.report.matrix import render_matrix
 from fuzz.report.results import CellResult
 from fuzz.report.terminal import bugs, joined, summary
@@ -182,14 +182,17 @@ def check(
         target = load_target(fn)
         name, function, import_lines, function_name = fn, target.function, target.import_lines, target.function_name
     else:
-        name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
-        function, import_lines, function_name = fn, import_lines_for(fn), getattr(fn, "__name__", "function")
+        name, function = display_name(fn), fn
+        import_lines, function_name = snippet_binding(fn)
     subject_spec = SubjectSpec.of(name, framework, contract=contract, parameters=parameters, precision=precision,
                                   masked_values=masked_values)
     # a rank form runs on its engine's ranks, which load it by name: nothing to wrap here (jax.jit would want the
     # in-process keywords static)
-    subject = None if ranks else function_subject(name, function, framework, import_lines, function_name,
-                                                  subject_spec)
+    try:
+        subject = None if ranks else function_subject(name, function, framework, import_lines, function_name,
+                                                      subject_spec)
+    except CallShapeError as error:
+        raise CallShapeError(f"fn: {error}") from None
     adapter = available_adapter(check_modes()[framework][0]) if subject is None else subject.adapter
     if gradients and not (adapter.differentiable if subject is None else subject.has_gradients):
         raise ValueError(f"gradients=True needs autograd, and {framework} has none")

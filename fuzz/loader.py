@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import textwrap
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +21,24 @@ from fuzz.report.texts import string_literal
 
 class LoadError(Exception):
     """The target cannot be loaded; the message says why (the command line exits 2)."""
+
+
+class CallShapeError(LoadError, TypeError):
+    """The function cannot be called the way its contract calls it (a usage error: the command line exits 2)."""
+
+
+def check_call_shape(function: Callable[..., Any], contract: Any, name: str) -> None:
+    """Raise CallShapeError when `function`'s signature cannot take the contract's call: its inputs by position,
+    then its keywords. A function whose signature is unknown (a builtin, an extension's) is left to its calls."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*contract.input_names, **dict.fromkeys(contract.keywords))
+    except TypeError as error:
+        raise CallShapeError(f"{name} cannot be called as the {contract.name} contract calls it, "
+                             f"{contract.signature}: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -96,27 +118,110 @@ def _load_target(spec: str) -> Target:
     return Target(spec, function, import_lines, name)
 
 
-def import_lines_for(function: Callable[..., Any]) -> tuple[str, ...]:
-    """Python that makes `function` available, by its __name__, in a snippet run on its own: imported from
-    its module's file (found from any directory), or, for a function defined inside another one, its
-    source after its module's names; a function without source gets a comment saying to define it."""
-    module = inspect.getmodule(function)
-    name = getattr(function, "__name__", "function")
-    path = getattr(module, "__file__", None)
+def snippet_binding(function: Callable[..., Any]) -> tuple[tuple[str, ...], str]:
+    """Python that defines `function` in a snippet run on its own, and the name it binds there."""
+    if isinstance(function, functools.partial):
+        return _partial_binding(function)
+    name = getattr(function, "__name__", "")
+    if not isinstance(name, str) or not name.isidentifier():  # a lambda, a callable instance
+        name = "function"
+    return _function_lines(function, name), name
+
+
+def display_name(function: Callable[..., Any]) -> str:
+    """How reports name a function passed as a value: its qualified name, a partial as the call that makes it."""
+    if isinstance(function, functools.partial):
+        arguments = [*map(repr, function.args), *(f"{key}={value!r}" for key, value in function.keywords.items())]
+        return f"partial({', '.join([display_name(function.func), *arguments])})"
+    name = getattr(function, "__qualname__", getattr(function, "__name__", None))
+    return name if isinstance(name, str) else f"{type(function).__name__} instance"
+
+
+def _partial_binding(partial: functools.partial) -> tuple[tuple[str, ...], str]:
+    """The wrapped function's lines, then the partial rebuilt from its arguments where each one's repr is its
+    value again (numbers, strings, None, containers of them); otherwise a comment says to bind them."""
+    lines, inner = snippet_binding(partial.func)
+    name = "function" if inner != "function" else "bound"
+    values = [*partial.args, *partial.keywords.values()]
+    if not all(_round_trips(value) for value in values):
+        return (*lines, f"# {name} is {display_name(partial)!s:.200}: bind its arguments here",
+                f"{name} = functools.partial({inner})"), name
+    arguments = [inner, *map(repr, partial.args), *(f"{key}={value!r}" for key, value in partial.keywords.items())]
+    return (*lines, "import functools", f"{name} = functools.partial({', '.join(arguments)})"), name
+
+
+def _round_trips(value: object) -> bool:
+    try:
+        return ast.literal_eval(repr(value)) == value
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+
+
+def _function_lines(function: Callable[..., Any], name: str) -> tuple[str, ...]:
+    """Python that binds `function` to `name`: imported from its module's file (found from any directory, with
+    that file's folder on the path for the modules beside it), or, for a function defined inside another one or
+    a lambda, its source after its module's names; one without source gets a comment saying to define it."""
+    # the file its globals come from (a module loaded from a path need not be in sys.modules)
+    path = getattr(function, "__globals__", {}).get("__file__") or getattr(inspect.getmodule(function), "__file__",
+                                                                           None)
     lines: tuple[str, ...] = ()
     if path:
         lines = (
             "import importlib.util",
-            f"_spec = importlib.util.spec_from_file_location('_fuzz_target', {os.path.abspath(path)!r})",
+            "import os",
+            "import sys",
+            f"_file = {string_literal(os.path.abspath(path))}",
+            "sys.path.insert(0, os.path.dirname(_file))  # the modules beside it import as they did",
+            "_spec = importlib.util.spec_from_file_location('_fuzz_target', _file)",
             "_module = importlib.util.module_from_spec(_spec)",
             "_spec.loader.exec_module(_module)",
         )
-    if "<locals>" not in getattr(function, "__qualname__", "<locals>") and path:
+    qualname = getattr(function, "__qualname__", "<locals>")
+    if isinstance(qualname, str) and qualname.isidentifier() and path and name == getattr(function, "__name__", ""):
         return (*lines, f"{name} = _module.{name}")
-    try:
-        source = textwrap.dedent(inspect.getsource(function))
-    except (OSError, TypeError):
+    source = _source(function, name)
+    if source is None:
         return (*lines, f"# {name} is not importable and its source is unknown: define it here", f"{name} = None")
     # its source needs its module's names (the helpers it calls) around it
     prelude = (*lines, "globals().update({k: v for k, v in vars(_module).items() if not k.startswith('__')})")
-    return (*(prelude if path else ()), *source.rstrip().splitlines())
+    return (*(prelude if path else ()), *source)
+
+
+def _source(function: Callable[..., Any], name: str) -> list[str] | None:
+    """`function`'s source lines binding `name`: a def as written, a lambda as `name = lambda ...`."""
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+    except (OSError, TypeError):
+        return None
+    if getattr(function, "__name__", None) != "<lambda>":
+        return source.rstrip().splitlines()
+    text = _lambda_text(source, function.__code__)
+    return None if text is None else f"{name} = {text}".splitlines()
+
+
+def _lambda_text(source: str, code: types.CodeType) -> str | None:
+    """The lambda expression in `source` (the lines holding it, often a fragment of a larger statement) that
+    compiles to `code`: each `lambda` there, cut at its longest end that parses, is compiled and compared."""
+    found = []
+    for match in re.finditer(r"\blambda\b", source):
+        for end in range(len(source), match.start(), -1):
+            text = source[match.start():end]
+            try:
+                tree = ast.parse(text, mode="eval")
+            except (SyntaxError, ValueError):
+                continue
+            if not isinstance(tree.body, ast.Lambda):  # `lambda: a, b` parses, as a tuple: cut it shorter
+                continue
+            compiled = compile(tree, "<lambda>", "eval")
+            inner = [const for const in compiled.co_consts if isinstance(const, types.CodeType)]
+            if len(inner) == 1 and _code_key(inner[0]) == _code_key(code):
+                found.append(text)
+            break  # the longest expression from this `lambda`
+    return found[0] if len(found) == 1 else None
+
+
+def _code_key(code: types.CodeType) -> tuple[object, ...]:
+    """What tells two lambdas of the same lines apart (not the bytes: the compiler picks other instructions for
+    an expression compiled on its own)."""
+    constants = tuple(repr(const) for const in code.co_consts if not isinstance(const, types.CodeType))
+    return code.co_argcount, code.co_kwonlyargcount, code.co_varnames, code.co_names, constants

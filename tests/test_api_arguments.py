@@ -80,3 +80,33 @@ def test_a_script_without_a_main_guard_is_told_so_instead_of_failing_its_functio
                             cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 1 and "verdict" not in result.stdout, result.stdout + result.stderr
     assert 'if __name__ == "__main__":' in result.stderr and "before it started" in result.stderr
+
+
+def _agg_loss(loss_mat, loss_mask, loss_agg_mode):  # verl's signature: the mode is a third argument
+    raise AssertionError("never called: the call shape is refused first")
+
+
+@pytest.mark.parametrize(("fn", "options", "message"), [
+    (_agg_loss, {"reduction": "token-mean"},
+     "fn: _agg_loss cannot be called as the reduction contract calls it, fn(token_losses, token_mask) -> loss: "
+     "missing a required argument: 'loss_agg_mode'"),
+    (functools.partial(_agg_loss, loss_agg_mode="token-mean"), {}, "too many positional arguments"),
+    (functools.partial(_agg_loss, loss_agg_mode="token-mean"), {"reduction": "token-mean", "accumulation": True},
+     "got an unexpected keyword argument 'num_tokens'"),
+])
+def test_a_function_that_cannot_take_the_contracts_call_is_refused_before_fuzzing(fn, options, message):
+    with pytest.raises(TypeError, match=re.escape(message)):
+        check(fn, framework="numpy", **options)
+
+
+@pytest.mark.parametrize(("fn", "contract"), [
+    (functools.partial(_agg_loss, loss_agg_mode="token-mean"), "reduction"),
+    (lambda *arrays, **keywords: None, "accumulation"),
+    (lambda token_losses, token_mask, scale=1.0, **keywords: None, "accumulation"),
+    (lambda lp, adv, mask: None, "magnitude"),
+])
+def test_any_signature_that_takes_the_call_passes_the_shape_check(fn, contract):
+    from fuzz.loader import check_call_shape
+    from reference.contracts import get_contract
+
+    check_call_shape(fn, get_contract(contract), "fn")  # raises nothing

@@ -397,3 +397,12 @@ def test_compiled_code_is_cached_in_the_users_cache_folder_not_the_working_direc
     assert result.returncode == 0, result.stdout + result.stderr
     assert list((cache / "lossnorm-difftest" / "jax").iterdir()), "nothing compiled was cached"
     assert list(work.iterdir()) == []
+
+
+def test_a_function_that_cannot_take_the_contracts_call_exits_2_before_fuzzing(tmp_path):
+    path = write(tmp_path, "verl_like.py", "def agg_loss(loss_mat, loss_mask, loss_agg_mode):\n    return 0\n")
+    result = run_fuzz("check", f"{path}:agg_loss", "--framework", "numpy", "--reduction", "token-mean")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "cannot be called as the reduction contract calls it, fn(token_losses, token_mask) -> loss: missing a " \
+           "required argument: 'loss_agg_mode'" in result.stderr
+    assert "FAIL" not in result.stdout + result.stderr  # no cell ran

@@ -1,6 +1,6 @@
 """Every distinct bug of a cell in one report, each shrunk on its own with a snippet that reproduces it; and
 the gradient verdicts at the edges of half precision: overflow reported as overflow, any subgradient of |x|
-accepted at its kink."""
+accepted at its kink; a non-finite output named by what in the case makes the usual mistakes non-finite."""
 
 from __future__ import annotations
 
@@ -108,3 +108,66 @@ def test_any_subgradient_of_abs_at_its_kink_is_accepted():
     exact = vjp(case.token_log_probs, case.advantages, case.token_mask, cotangents)
     verdict = check_gradients(_subject(port, "jax"), case, cotangents, exact)
     assert verdict.ok, verdict.failures
+
+
+def _multiplies_the_mask(token_losses, token_mask):  # the classic: -inf padding times a 0 mask is NaN
+    with np.errstate(invalid="ignore"):
+        return np.asarray((token_losses * token_mask).sum() / max(token_mask.sum(), 1))
+
+
+def _mean_of_row_means(token_losses, token_mask):  # an empty row's mean divides 0 by 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(token_mask, token_losses, 0).sum(-1) / token_mask.sum(-1)
+        return np.asarray(means.sum() / np.float64(len(means)))
+
+
+@pytest.mark.parametrize(("function", "mode", "hint"), [
+    (_multiplies_the_mask, "token-mean", "masked-out token_losses hold -inf: multiplied by the mask (0 * inf is NaN)"),
+    (_mean_of_row_means, "seq-mean-token-mean", "a mean over none of them (0 / 0)?"),
+])
+def test_a_non_finite_loss_says_what_in_the_case_makes_it_so(function, mode, hint):
+    from fuzz import check
+
+    report = check(function, framework="numpy", reduction=mode, dtypes=["float64"], max_examples=40, seed=0)
+    assert not report.ok
+    assert any(f.kind == "non-finite output" and hint in f.message for f in report.failures), report.failures
+
+
+def test_no_hint_where_the_case_holds_nothing_that_makes_a_usual_mistake_non_finite():
+    from fuzz.judge.forward import non_finite_hint
+
+    contract = get_contract("reduction")
+    assert non_finite_hint(Case([[1.0, 2.0]], [[True, False]], contract=contract)) is None
+    assert "-inf" in non_finite_hint(Case([[1.0, -np.inf]], [[True, False]], contract=contract))
+
+
+def _sums_in_float32(token_losses, token_mask):  # float32 inside float64 code
+    selected = np.where(token_mask, token_losses, 0).astype(np.float32)
+    return np.asarray(selected.sum(dtype=np.float32) / max(token_mask.sum(), 1), dtype=np.float64)
+
+
+def test_a_float64_loss_off_by_float32_rounding_is_named_so():
+    from fuzz import check
+
+    report = check(_sums_in_float32, framework="numpy", reduction="token-mean", dtypes=["float64"],
+                   max_examples=40, seed=0)
+    assert not report.ok
+    assert "computed in float32 inside float64 code?" in report.failures[0].message, report.failures[0].message
+    padded = check(lambda t, m: np.asarray(np.where(m, t, 0).sum() / max(m.size, 1)), framework="numpy",
+                   reduction="token-mean", dtypes=["float64"], max_examples=40, seed=0)
+    assert "float32" not in padded.failures[0].message  # a bug far beyond float32's rounding is not one
+
+
+def test_a_nan_gradient_from_a_where_guarded_division_by_a_count_of_0_is_named_so():
+    from fuzz import check
+
+    torch = pytest.importorskip("torch")
+
+    def divides_first(token_losses, token_mask):  # each token's share, where its row has a token: NaN backward
+        count = token_mask.sum(-1, keepdim=True)
+        share = torch.where(count > 0, token_losses.float() / count, 0)
+        return torch.where(token_mask, share, 0).sum() / max(len(token_losses), 1)
+
+    report = check(divides_first, framework="torch", reduction="seq-mean-token-mean", dtypes=["float32"],
+                   gradients=True, max_examples=40, seed=0)
+    assert any("a division by its count of 0 guarded by a where" in failure.message for failure in report.failures)

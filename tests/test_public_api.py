@@ -73,6 +73,18 @@ def test_a_keyboard_interrupt_from_the_function_is_its_failure_not_a_stop_of_the
     assert "raise KeyboardInterrupt" in report.cells[0].traceback
 
 
+def raises_its_own_error(token_log_probs, advantages, token_mask):
+    raise RuntimeError("the trainer's own bug")
+
+
+@pytest.mark.parametrize("workers", [None, 1])
+def test_a_traceback_starts_at_the_function_not_in_the_suites_calling_code(workers):
+    report = check(raises_its_own_error, framework="torch", dtypes=["float32"], max_examples=5, workers=workers)
+    frames = report.cells[0].traceback.splitlines()
+    assert frames[0] == "Traceback (most recent call last):"
+    assert frames[1].startswith(f'  File "{__file__}"') and frames[1].endswith("in raises_its_own_error"), frames
+
+
 def test_workers_keep_the_function_out_of_this_process():
     report = check(normalize_by_padded_length, framework="torch", dtypes=["float32"], max_examples=20, workers=1)
     assert not report.ok and report.failures[0].kind == "token_averaged out of tolerance"

@@ -1,5 +1,5 @@
 """What the terminal shows: every line of the campaign and of `check` within 100 columns, by default; a failing
-check's snippet printed whole where it fits, and written to a file (its path printed) where its inputs are large."""
+check's snippet printed whole where it fits, and written to a file (its path printed, and why) where not."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from fuzz.report.results import Bug, CellResult
-from fuzz.report.terminal import WIDTH, bugs, progress_line, summary
+from fuzz.report.terminal import SNIPPET_LINES, WIDTH, bugs, progress_line, summary
 from reference.case import Case
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,3 +92,28 @@ def test_a_snippet_of_large_inputs_goes_to_a_file(tmp_path):
     assert len(written) == 1 and written[0].read_text() == snippet
     assert any(str(written[0])[:40] in line for line in lines)
     assert any(line.startswith("  minimal case:") for line in lines) and any("- y" in line for line in lines)
+
+
+def test_a_snippet_sent_to_a_file_says_why(tmp_path):
+    """A short snippet with one wide line (a long path) is not "too large": the message names what kept it out."""
+    wide = "x = 1\n# " + "w" * WIDTH + "\n"
+    text = " ".join(bugs([_cell(wide)], snippet_folder=str(tmp_path)))
+    assert f"1 line wider than the {WIDTH} columns printed here" in text and "too large" not in text
+    long = "x = 1\n" * (SNIPPET_LINES + 1)
+    assert f"more than the {SNIPPET_LINES} lines printed here" in " ".join(bugs([_cell(long)],
+                                                                                snippet_folder=str(tmp_path)))
+
+
+def test_the_summary_counts_the_cells_that_do_not_apply():
+    checked = CellResult("f", "cpu", "float32", "forward", examples=20)
+    skipped = CellResult("f", "cpu", "float32", "gradients", applicable=False)
+    assert any("1 cell checked: every cell conforms. 1 more is not applicable" in line
+               for line in summary([checked, skipped]))
+    assert not any("not applicable" in line for line in summary([checked]))
+
+
+def test_a_progress_line_keeps_the_end_of_a_long_target_where_its_function_is():
+    line = _progress("examples/a_long_folder/verl_agg_loss.py:fixed_length_default", "reduction (fixed-length)",
+                     "float32", "forward")
+    assert len(line) <= WIDTH and line.startswith("  ok   ...")
+    assert "agg_loss.py:fixed_length_default | cpu float32 | forward  20 ex" in line

@@ -252,8 +252,8 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
     tol = exact_tolerance(case, subject.precision)
     output = contract.outputs[0].name
     lines = [
-        f"# Counterexample found by `python -m fuzz check --accumulation`: {split.ranks} ranks x {split.steps} "
-        "accumulation steps, in one process.",
+        "# Counterexample found by `python -m fuzz check --accumulation`:",
+        f"# {split.ranks} ranks x {split.steps} accumulation steps, in one process.",
         *failure_comments(failures),
         f"# contract: {contract.label}",
         f"# dtype {case.dtype}; the step's batch {case.shape}, rows cut at {list(split.cuts)}, "
@@ -263,8 +263,10 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
         *dict.fromkeys(["import numpy as np", *syntax.imports, *subject.import_lines]),
         *([f"{subject.function_name} = {subject.wrap.format(subject.function_name)}"] if subject.wrap else []),
         "",
-        f"KEYWORDS = {keywords!r}  # the step's global normalizers, the same for every chunk",
-        f"WEIGHT = {weight!r}  # each chunk's share of the combined loss: 1/R under the ranks' mean, 1/G under 1/G",
+        "# the step's global normalizers, the same for every chunk",
+        f"KEYWORDS = {keywords!r}",
+        "# each chunk's share of the combined loss: 1/R under the ranks' mean, 1/G under 1/G",
+        f"WEIGHT = {weight!r}",
         "",
         f"def as_float64(x):\n    return {syntax.as_float64}",
         "",
@@ -282,7 +284,7 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
             else:  # an empty chunk: an empty array of its shape
                 make = syntax.bool_array if spec.kind == "bool" else syntax.float_array
                 arrays.append(syntax.reshape.format(buffer=make.format(values="[]"), shape=values.shape))
-        lines.append(f"chunks.append(({', '.join(arrays)},))  # {split.describe(k)}")
+        lines += [f"# {split.describe(k)}", "chunks.append((", *(f"    {array}," for array in arrays), "))"]
     call = f"functools.partial({subject.function_name}, **KEYWORDS)"
     if cotangents is None:
         lines += [

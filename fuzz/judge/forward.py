@@ -24,9 +24,44 @@ def failed_on_the_second_call(verdict: Verdict) -> bool:
     return bool(verdict.failures) and all(failure.message.startswith(SECOND_CALL) for failure in verdict.failures)
 
 
+def non_finite_hint(case: Case) -> str | None:
+    """What in the case makes the usual mistakes non-finite where the exact results are finite: inf or NaN at
+    masked-out positions (multiplied by a 0 mask rather than selected), no selected token in a row or in the
+    batch (a mean of nothing, 0 / 0)."""
+    mask, hints = case.mask, []
+    for spec in case.contract.inputs:
+        held = case.values[spec.name]
+        if spec.kind == "bool" or held.shape != mask.shape:
+            continue
+        hidden = held[~mask]
+        special = sorted({repr(float(value)) for value in hidden[~np.isfinite(hidden)]})
+        if special:
+            hints.append(f"masked-out {spec.name} hold {', '.join(special)}: multiplied by the mask (0 * inf is "
+                         "NaN) rather than selected with a where?")
+    if not mask.any():
+        empty = f" (the batch is {'x'.join(map(str, mask.shape))})" if not mask.size else ""
+        hints.append(f"no token is selected{empty}: a mean over none of them (0 / 0)?")
+    elif mask.ndim and not mask.any(axis=-1).all():
+        hints.append("a row selects no token: its mean over none of them (0 / 0)?")
+    return "; or ".join(hints) or None
+
+
+def _float32_hint(case: Case, key: str, value: np.ndarray, want: np.ndarray, precision: Precision) -> str | None:
+    """A float64 output off by what float32 arithmetic would give: within twice float32's bound for the same
+    exact values (rounding the float64 inputs to float32 adds at most one more term of that bound)."""
+    if case.dtype != "float64":
+        return None
+    bound = case.contract.tolerance(exact_results(case), "float32", precision)[key]
+    if np.max(error_ratio(value, want, bound), initial=0.0) > 2:
+        return None
+    return "within float32's error bound: computed in float32 inside float64 code?"
+
+
 def compare_values(got: ReadBack, case: Case, precision: Precision) -> Verdict:
     """Values within the tolerance model, and finite wherever the exact results are (a non-finite value where
-    an exact intermediate exceeds the dtype's range is named as that overflow)."""
+    an exact intermediate exceeds the dtype's range is named as that overflow, another by what in the case makes
+    the usual mistakes non-finite). A value out of tolerance gets the contract's explanation where one matches,
+    else, in float64, the float32 rounding it is within."""
     contract, expected, verdict = case.contract, exact_results(case), Verdict()
     tol = exact_tolerance(case, precision)
     scales = contract.ulp_scales(expected)  # the magnitudes the sums work at (see ulp_error)
@@ -35,7 +70,8 @@ def compare_values(got: ReadBack, case: Case, precision: Precision) -> Verdict:
         if not np.isfinite(value).all():
             overflow = contract.forward_overflow(expected, case.dtype, key)
             seen = f"{key} is not finite: {np.array2string(value, threshold=8)}"
-            verdict.fail(*((FORWARD_OVERFLOW, f"{seen}: {overflow}") if overflow else (NON_FINITE, seen)))
+            hint = overflow or non_finite_hint(case)
+            verdict.fail(FORWARD_OVERFLOW if overflow else NON_FINITE, f"{seen}: {hint}" if hint else seen)
         ratios = error_ratio(value, want, tol[key])
         verdict.error_ratios[key] = float(np.max(ratios, initial=0.0))
         ulps = ulp_error(value, want, got.dtypes[key], scales[key])
@@ -45,6 +81,7 @@ def compare_values(got: ReadBack, case: Case, precision: Precision) -> Verdict:
             at = "" if where is None else f"[{where}]"
             got_at, want_at = (value[where], want[where]) if where is not None else (value, want)
             hint = contract.explain(case, got.values) if contract.explain is not None else None
+            hint = hint or _float32_hint(case, key, value, want, precision)
             verdict.fail(
                 out_of_tolerance(key),
                 f"{key}{at} = {float(got_at)!r}, expected {float(want_at)!r} "

@@ -26,13 +26,19 @@ GRADIENT_OVERFLOW = "backward overflowed the dtype"
 GRADIENT_MASKED = "gradient not 0 at masked positions"
 
 
-def _non_finite(name: str, values: np.ndarray, overflow: str | None) -> tuple[str, str]:
-    """The kind and message of a non-finite gradient: an overflow of the dtype, or a bug."""
+def _non_finite(name: str, values: np.ndarray, overflow: str | None, mask: np.ndarray) -> tuple[str, str]:
+    """The kind and message of a non-finite gradient: an overflow of the dtype, or a bug (with what in the case
+    makes the usual one non-finite: a count of 0 divided by, under a where that keeps its inf or NaN out of
+    the loss but not out of the backward)."""
     bad = np.argwhere(~np.isfinite(values))[0].tolist()
     seen = f"{name}{bad} = {float(values[tuple(bad)])!r}"
-    if overflow is None:
-        return GRADIENT_NON_FINITE, f"{name} is not finite: {seen}"
-    return GRADIENT_OVERFLOW, f"{seen}: {overflow}"
+    if overflow is not None:
+        return GRADIENT_OVERFLOW, f"{seen}: {overflow}"
+    empty = "no token is selected" if not mask.any() else "a row selects no token" if (
+        mask.ndim and not mask.any(axis=-1).all()) else None
+    hint = (f": {empty}: a division by its count of 0 guarded by a where (whose other branch's inf or NaN still "
+            "reaches the backward)?") if empty else ""
+    return GRADIENT_NON_FINITE, f"{name} is not finite: {seen}{hint}"
 
 
 def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray], exact: Any,
@@ -78,7 +84,7 @@ def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Any, cotan
             verdict.fail(GRADIENT_STRUCTURE, f"{name} has shape {got.shape}, expected {want.shape}")
             continue
         if not np.isfinite(got).all():
-            verdict.fail(*_non_finite(name, got, overflow))
+            verdict.fail(*_non_finite(name, got, overflow, mask))
         if spec.role == "tokens" and (got[~mask] != 0).any():
             verdict.fail(GRADIENT_MASKED, f"{name} is not exactly 0 at masked positions")
         ratios = error_ratio(got, want, bound)

@@ -6,6 +6,7 @@ crash of the harness (`call_safely`): SystemExit, KeyboardInterrupt and a user's
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import traceback
@@ -118,11 +119,24 @@ def call_safely(fn: Callable[..., Any], *args: Any) -> tuple[Any, Verdict]:
     try:
         return fn(*args), Verdict()
     except RaisedByFunction as raised:
-        return None, _raised(raised.error, "".join(traceback.format_exception(raised.error)))
+        return None, _raised(raised.error, _from_the_function_on(raised.error))
     except BaseException as error:  # the implementation's failure, not the harness's
         if isinstance(error, StopsTheCell) or _may_be_a_ctrl_c(error):
             raise
-        return None, _raised(error, traceback.format_exc())
+        return None, _raised(error, _from_the_function_on(error))
+
+
+# The suite's own calling frames (the judge, the call's thread and watcher, the framework adapters' wrappers):
+# a traceback starts at the first frame after them, where the function under test (or its framework) begins.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_CALLING_FOLDERS = (os.path.join(_ROOT, "fuzz", ""), os.path.join(_ROOT, "impls", "frameworks", ""))
+
+
+def _from_the_function_on(error: BaseException) -> str:
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename.startswith(_CALLING_FOLDERS):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))
 
 
 def _raised(error: BaseException, formatted: str) -> Verdict:

@@ -17,6 +17,7 @@ from fuzz.report.results import Bug, CellResult
 from fuzz.report.texts import for_terminal, is_compile_failure, shorten
 
 WIDTH = 100
+SUBJECT_TAIL = 16  # a progress line keeps at least this much of a long name's end, else it is cut in the middle
 SNIPPET_LINES = 80  # a snippet longer than this goes to a file
 COLUMNS = 54  # the summary's columns besides the implementation's, their gaps and indent included
 
@@ -41,15 +42,19 @@ def wrap(text: str, indent: str = "", more: str = "    ") -> list[str]:
 def progress_line(row: str, cell: CellResult, device: str, dtype: str) -> str:
     """One cell as it finishes: verdict, where, examples, worst err/tol and ulps, seconds. Where the line would
     be too wide, the contract's label gives way first (its mode and parameters, then its name: the summary's
-    headings have it whole), so the implementation, device, dtype and check show whole wherever they fit."""
+    headings have it whole), so the implementation, device, dtype and check show whole wherever they fit; a long
+    implementation name keeps its end, where a file target names its function."""
     status = "ok  " if cell.ok else "FAIL"
     tail = f"  {cell.examples} ex, {cell.worst:.3g}, {cell.worst_ulps:.3g} ulp, {cell.seconds:.1f} s"
     room = WIDTH - len(tail) - 7
     labels = (cell.contract, cell.contract.split(" (", 1)[0], None)
-    wheres = [" | ".join(part for part in (cell.subject, label, f"{device} {dtype}", row) if part is not None)
-              for label in labels]
-    where = next((where for where in wheres if len(where) <= room), wheres[-1])
-    return f"  {status} {fit(where, room)}{tail}"
+    rests = [" | ".join(part for part in (label, f"{device} {dtype}", row) if part is not None) for label in labels]
+    rest = next((rest for rest in rests if len(cell.subject) + 3 + len(rest) <= room), rests[-1])
+    subject_room = room - 3 - len(rest)
+    subject = cell.subject
+    if len(subject) > subject_room >= SUBJECT_TAIL:  # its end names the function: "...loss.py:agg_loss"
+        subject = "..." + subject[len(subject) - subject_room + 3:]
+    return f"  {status} {fit(f'{subject} | {rest}', room)}{tail}"
 
 
 @dataclass
@@ -95,7 +100,10 @@ def summary(results: Sequence[CellResult]) -> list[str]:
     found = sum(len(c.bugs) or 1 for c in cells if not c.ok)
     verdict = ("every cell conforms" if not failing else
                f"{failing} of {len(cells)} cells fail, {found} bug{'s' * (found != 1)}")
-    notes = [f"{len(cells)} cell{'s' * (len(cells) != 1)} checked: {verdict}.",
+    skipped = len(results) - len(cells)
+    notes = [f"{len(cells)} cell{'s' * (len(cells) != 1)} checked: {verdict}."
+             + (f" {skipped} more {'are' if skipped != 1 else 'is'} not applicable (a gradient check without "
+                "autograd, or a dtype the implementation lacks): n/a in the matrix." if skipped else ""),
              "err/tol: worst error over tolerance of the conforming cells (<= 1 conforms); worst ulp: in units in "
              "the last place of the output dtype; deterministic: two calls on the same inputs gave the same bits "
              "(~: not, which is no failure). The whole matrix: --matrix, --json, --html."]
@@ -112,8 +120,10 @@ def _snippet_lines(bug: Bug, folder: str | None) -> list[str]:
     with os.fdopen(handle, "w") as file:
         file.write(bug.snippet)
     size = f"{len(lines)} lines, {len(bug.snippet) // 1024 + 1} KB"
-    return wrap(f"reproduce with the snippet written to {path} ({size}: its inputs are too large to print); run it "
-                "with python", indent="  ")
+    wide = sum(len(line) > WIDTH for line in lines)
+    why = (f"more than the {SNIPPET_LINES} lines printed here" if len(lines) > SNIPPET_LINES else
+           f"{wide} line{'s' * (wide != 1)} wider than the {WIDTH} columns printed here")
+    return wrap(f"reproduce with the snippet written to {path} ({size}: {why}); run it with python", indent="  ")
 
 
 def _traceback(bug: Bug) -> list[str]:

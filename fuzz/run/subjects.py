@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fuzz.judge.subject import Subject
-from fuzz.loader import LoadError, load_target
+from fuzz.loader import LoadError, check_call_shape, load_target
 from fuzz.report.snippet import SnippetSource
 from fuzz.run.calls import WatchedAdapter, Watcher, watched
 from impls.frameworks import Framework, check_modes, load_framework
@@ -99,10 +99,11 @@ def function_subject(name: str, function: Callable[..., Any], framework: str, im
                      function_name: str, spec: SubjectSpec) -> Subject:
     """A function with its contract's signature as a fuzzing subject, run as the `framework` mode says (its
     adapter compiles it for the compiled modes: torch-compile, jax). Raises LoadError when the framework does
-    not load here."""
+    not load here, CallShapeError when the function cannot take the contract's call."""
     adapter_name, mode = check_modes()[framework]
     adapter = available_adapter(adapter_name)
     contract = spec.bound_contract
+    check_call_shape(function, contract, name)
     wrap = adapter.wrap_text(mode, contract)
     return Subject(name, adapter.wrap(function, framework, contract), adapter, contract, import_lines, function_name,
                    wrap=wrap, precision=PRECISIONS[spec.precision], compiled=wrap is not None,
