@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fuzz.judge.draws import cases, draw_case
+from fuzz.judge.draws import DENSITY_MASKS, cases, draw_case
 from impls.layouts import LAYOUTS, numpy_view, strided_view
 from reference.dtypes import DTYPE_NAMES, accumulation_dtype, largest, smallest_normal
 
@@ -25,6 +25,8 @@ def test_cases_respect_the_magnitude_bound_and_have_no_subnormals(case):
         assert np.array_equal(case.token_log_probs, rows, equal_nan=True)
     labels = [label for label, _ in case.story]
     assert {"dtype", "layout", "shape kind", "mask", "seed"} <= set(labels)
+    # the minimal case a report prints names the density only where the mask was drawn with it
+    assert ("mask density" in labels) == (dict(case.story)["mask"] in DENSITY_MASKS)
 
 
 @settings(max_examples=200)

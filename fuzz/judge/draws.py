@@ -120,6 +120,9 @@ def _flush_subnormals(values: np.ndarray, dtype: str) -> np.ndarray:
     return np.where(np.abs(rounded) < smallest_normal(dtype), 0.0, rounded)
 
 
+DENSITY_MASKS = ("random density", "some rows empty")  # the mask kinds that read the drawn density
+
+
 def _mask(rng: np.random.Generator, kind: str, shape: tuple[int, int], density: float) -> np.ndarray:
     batch, tokens = shape
     if kind == "all true":
@@ -203,6 +206,8 @@ def draw_case(
     if batch == 0 or tokens == 0:  # the drawn mask kind is vacuous there: say what the mask is
         empty = "no rows (batch 0)" if batch == 0 else "every row has no tokens (tokens 0)"
         story = [(label, empty if label == "mask" else value) for label, value in story]
+    if mask_kind not in DENSITY_MASKS or batch == 0 or tokens == 0:  # drawn, but no part of this mask
+        story = [(label, value) for label, value in story if label != "mask density"]
     sizes = {"batch": batch, "tokens": tokens}
     shaped = {spec.name: values[spec.name].reshape(tuple(sizes[dim] for dim in spec.dims)) for spec in contract.inputs}
     return Case(contract=contract, dtype=dtype, layout=layout, device=device, story=tuple(story), **shaped)
