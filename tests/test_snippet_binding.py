@@ -94,11 +94,77 @@ def test_the_snippet_of_a_lambda_binds_its_expression(trainer, tmp_path):
     function = trainer.LOSSES["buggy"][0]
     lines, name = snippet_binding(function)
     assert display_name(function) == "<lambda>" and name == "function"
-    assert lines[-1] == "function = lambda t, m: loss(t, m, 1.0)"  # after the trainer module's names
+    assert lines[-2:] == ("function = (lambda t, m: loss(t, m, 1.0)", ")")  # after the trainer module's names
     _assert_reproduces(function, tmp_path)
 
 
-def test_a_partial_of_values_without_a_literal_says_to_bind_them():
+def test_a_partial_of_values_without_a_literal_says_to_define_it():
     lines, name = snippet_binding(functools.partial(print, object()))
-    assert lines[-1] == f"{name} = functools.partial(print)" and "bind its arguments here" in lines[-2]
+    assert lines[-1] == f"{name} = None" and "define it here, its arguments bound" in lines[-2]
     compile("\n".join(lines), "<snippet>", "exec")  # still valid Python
+    assert "\n" not in display_name(functools.partial(print, "a\nb" * 100))  # one line, cut short
+
+
+DECORATED = """
+import functools
+
+import numpy as np
+
+
+def with_eps(f):  # a decorator that supplies an argument of the function it wraps
+    @functools.wraps(f)
+    def wrapper(token_losses, token_mask):
+        return f(token_losses, token_mask, eps=0.0)
+    return wrapper
+
+
+@with_eps
+def loss(token_losses, token_mask, *, eps):
+    return np.asarray(np.where(token_mask, token_losses, 0).sum() / max(token_mask.sum(), 1) + eps)
+
+
+def make(scale):
+    return lambda t, m: loss(t, m) * scale
+
+
+scaled = make(2.0)
+pair = (lambda t, m: loss(t, m) * 3.0, lambda t, m:
+        loss(t, m) * 3.0 + 1.0)  # two lambdas on one line, one of them broken after its colon
+
+
+def renamed(token_losses, token_mask):
+    return loss(token_losses, token_mask) * 5.0
+
+
+renamed.__name__ = "loss"
+"""
+
+
+@pytest.mark.parametrize(("attribute", "factor"), [("loss", 1.0), ("scaled", 2.0), ("renamed", 5.0)])
+def test_decorated_closing_and_renamed_functions_bind_to_themselves(tmp_path, attribute, factor):
+    """Each binding, run in a fresh interpreter, gives what the function gives (not another function's value)."""
+    (tmp_path / "decorated.py").write_text(DECORATED)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        spec = importlib.util.spec_from_file_location("decorated", tmp_path / "decorated.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        lines, name = snippet_binding(getattr(module, attribute))
+    finally:
+        sys.path.remove(str(tmp_path))
+    script = "\n".join([*lines, "import numpy as np",
+                        f"print(float({name}(np.array([[2.0, 4.0]]), np.array([[True, False]]))))"])
+    run = subprocess.run([sys.executable, "-c", script], cwd="/", capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and float(run.stdout) == 2.0 * factor, script + run.stderr
+
+
+def test_a_lambda_broken_after_its_colon_or_sharing_its_lines_binds_to_itself(tmp_path):
+    (tmp_path / "pairs.py").write_text(DECORATED)
+    spec = importlib.util.spec_from_file_location("pairs", tmp_path / "pairs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    first, second = module.pair
+    assert snippet_binding(first)[0][-2:] == ("function = (lambda t, m: loss(t, m) * 3.0", ")")
+    assert snippet_binding(second)[0][-3:] == ("function = (lambda t, m:", "        loss(t, m) * 3.0 + 1.0", ")")
+    same = [lambda t, m: 1.0, lambda t, m: 1.0]  # the same text twice: either is the function
+    assert snippet_binding(same[1])[0][-2:] == ("function = (lambda t, m: 1.0", ")")

@@ -133,10 +133,12 @@ _CALLING_FOLDERS = (os.path.join(_ROOT, "fuzz", ""), os.path.join(_ROOT, "impls"
 
 
 def _from_the_function_on(error: BaseException) -> str:
+    """`error`'s traceback from the first frame outside the suite's calling code; whole where every frame is the
+    suite's (an error of the suite itself, to report whole)."""
     tb = error.__traceback__
-    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename.startswith(_CALLING_FOLDERS):
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_CALLING_FOLDERS):
         tb = tb.tb_next
-    return "".join(traceback.format_exception(type(error), error, tb))
+    return "".join(traceback.format_exception(type(error), error, tb or error.__traceback__))
 
 
 def _raised(error: BaseException, formatted: str) -> Verdict:
