@@ -8,6 +8,7 @@ import functools
 import importlib.util
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -34,6 +35,14 @@ LOSSES = {"buggy": (lambda t, m: loss(t, m, 1.0), "a lambda inside a larger stat
 """
 
 
+def _module_from(path) -> types.ModuleType:
+    """The module in `path`, loaded as a trainer's test loads it by path (not registered in sys.modules)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture()
 def trainer(tmp_path):
     """A trainer's module in a folder of its own, beside the helper module it imports."""
@@ -43,10 +52,7 @@ def trainer(tmp_path):
     (folder / "loss.py").write_text(TRAINER)
     sys.path.insert(0, str(folder))
     try:
-        spec = importlib.util.spec_from_file_location("loss", folder / "loss.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
+        yield _module_from(folder / "loss.py")
     finally:
         sys.path.remove(str(folder))
         sys.modules.pop("helpers", None)
@@ -144,14 +150,7 @@ renamed.__name__ = "loss"
 def test_decorated_closing_and_renamed_functions_bind_to_themselves(tmp_path, attribute, factor):
     """Each binding, run in a fresh interpreter, gives what the function gives (not another function's value)."""
     (tmp_path / "decorated.py").write_text(DECORATED)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        spec = importlib.util.spec_from_file_location("decorated", tmp_path / "decorated.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        lines, name = snippet_binding(getattr(module, attribute))
-    finally:
-        sys.path.remove(str(tmp_path))
+    lines, name = snippet_binding(getattr(_module_from(tmp_path / "decorated.py"), attribute))
     script = "\n".join([*lines, "import numpy as np",
                         f"print(float({name}(np.array([[2.0, 4.0]]), np.array([[True, False]]))))"])
     run = subprocess.run([sys.executable, "-c", script], cwd="/", capture_output=True, text=True, timeout=60)
@@ -160,10 +159,7 @@ def test_decorated_closing_and_renamed_functions_bind_to_themselves(tmp_path, at
 
 def test_a_lambda_broken_after_its_colon_or_sharing_its_lines_binds_to_itself(tmp_path):
     (tmp_path / "pairs.py").write_text(DECORATED)
-    spec = importlib.util.spec_from_file_location("pairs", tmp_path / "pairs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    first, second = module.pair
+    first, second = _module_from(tmp_path / "pairs.py").pair
     assert snippet_binding(first)[0][-2:] == ("function = (lambda t, m: loss(t, m) * 3.0", ")")
     assert snippet_binding(second)[0][-3:] == ("function = (lambda t, m:", "        loss(t, m) * 3.0 + 1.0", ")")
     same = [lambda t, m: 1.0, lambda t, m: 1.0]  # the same text twice: either is the function
