@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fuzz.engines.registry import RANKS_ENGINES
-from fuzz.loader import CallShapeError, display_name, load_target, snippet_binding
+from fuzz.loader import CallShapeError, load_target
+from fuzz.report.binding import display_name, snippet_binding
 from fuzz.report.matrix import render_matrix
 from fuzz.report.results import CellResult
 from fuzz.report.terminal import bugs, joined, summary

@@ -13,7 +13,7 @@ import types
 import pytest
 
 from fuzz import check
-from fuzz.loader import display_name, snippet_binding
+from fuzz.report.binding import display_name, snippet_binding
 
 HELPERS = """
 def width(token_mask):
