@@ -117,3 +117,9 @@ def test_a_progress_line_keeps_the_end_of_a_long_target_where_its_function_is():
                      "float32", "forward")
     assert len(line) <= WIDTH and line.startswith("  ok   ...")
     assert "agg_loss.py:fixed_length_default | cpu float32 | forward  20 ex" in line
+
+
+def test_the_summary_counts_bugs_and_their_kinds():
+    """The same kind of failure in two dtypes' cells is two bugs of one kind, not two unrelated bugs."""
+    cells = [_cell("print('fits')\n") for _ in range(2)]
+    assert any("2 of 2 cells fail, 2 bugs of 1 kind" in line for line in summary(cells))

@@ -97,9 +97,13 @@ def summary(results: Sequence[CellResult]) -> list[str]:
         body += [*wrap(f"{contract}:"), *(line.text(name_width) for key, line in lines.items() if key[0] == contract)]
     cells = [cell for cell in results if cell.applicable]
     failing = sum(not cell.ok for cell in cells)
+    # a bug is a cell's distinct kind of failure: the same kind in several cells (dtypes, layouts) is one kind
     found = sum(len(c.bugs) or 1 for c in cells if not c.ok)
+    kinds = len({bug.kind for c in cells if not c.ok for bug in c.bugs}) + any(not c.ok and not c.bugs
+                                                                             for c in cells)
     verdict = ("every cell conforms" if not failing else
-               f"{failing} of {len(cells)} cells fail, {found} bug{'s' * (found != 1)}")
+               f"{failing} of {len(cells)} cells fail, {found} bug{'s' * (found != 1)} of {kinds} "
+               f"kind{'s' * (kinds != 1)}")
     skipped = len(results) - len(cells)
     notes = [f"{len(cells)} cell{'s' * (len(cells) != 1)} checked: {verdict}."
              + (f" {skipped} more {'are' if skipped != 1 else 'is'} not applicable (a gradient check without "
