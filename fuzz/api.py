@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fuzz.engines.registry import RANKS_ENGINES
-from fuzz.loader import CallShapeError, load_target
+from fuzz.engines.registry import RANKS_ENGINES, rank_call
+from fuzz.loader import CallShapeError, check_call_shape, load_target
 from fuzz.report.binding import display_name, snippet_binding
 from fuzz.report.matrix import render_matrix
 from fuzz.report.results import CellResult
@@ -190,6 +190,9 @@ def check(
     # a rank form runs on its engine's ranks, which load it by name: nothing to wrap here (jax.jit would want the
     # in-process keywords static)
     try:
+        if ranks:
+            check_call_shape(function, subject_spec.bound_contract, name, rank_call(framework,
+                                                                                    subject_spec.bound_contract))
         subject = None if ranks else function_subject(name, function, framework, import_lines, function_name,
                                                       subject_spec)
     except CallShapeError as error:

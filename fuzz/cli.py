@@ -15,9 +15,9 @@ from fuzz.engines.jax_accumulation import rank_signature as jax_rank_signature
 from fuzz.engines.plan import DEFAULT_EXAMPLES as SHARDED_EXAMPLES
 from fuzz.engines.plan import plan_sharded_cells
 from fuzz.engines.registry import CHOICES as SHARDED_CHOICES
-from fuzz.engines.registry import RANKS_ENGINES, engine_named
+from fuzz.engines.registry import RANKS_ENGINES, engine_named, rank_call
 from fuzz.engines.torch_ddp import rank_signature
-from fuzz.loader import LoadError, load_target
+from fuzz.loader import LoadError, check_call_shape, load_target
 from fuzz.report.closed_stdout import tolerate_a_closed_stdout
 from fuzz.report.data import report_data
 from fuzz.report.files import unwritable_reason, write_json
@@ -440,6 +440,10 @@ def check(args: argparse.Namespace) -> int:
     (framework,), modules = mode_imports(engine_named(engine).framework if engine else args.framework)
     workers = Workers((framework,), modules)
     try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
+        if args.ranks:
+            contract = check_spec(args, args.framework).bound_contract
+            check_call_shape(load_target(args.target).function, contract, args.target,
+                             rank_call(args.framework, contract))
         if not args.sharded and not args.ranks:
             adapter = build_subject(check_spec(args, args.framework)).adapter
             if args.gradients and not adapter.differentiable:

@@ -23,20 +23,23 @@ class CallShapeError(LoadError, TypeError):
     """The function cannot be called the way its contract calls it (a usage error: the command line exits 2)."""
 
 
-def check_call_shape(function: Callable[..., Any], contract: Any, name: str) -> None:
+def check_call_shape(function: Callable[..., Any], contract: Any, name: str,
+                     rank_call: tuple[tuple[str, ...], str] | None = None) -> None:
     """Raise CallShapeError when `function`'s signature cannot take the contract's call: its inputs by position,
     then its keywords. A function whose signature is unknown (a builtin, an extension's) is left to its calls. A
     wrapper's own signature is the one its call meets (a decorator may supply the wrapped function's arguments):
-    `__wrapped__` is not followed."""
+    `__wrapped__` is not followed. `rank_call`: a rank form's keywords and its call as text (fuzz/engines/registry.py:
+    rank_call), checked instead of the contract's."""
     try:
         signature = inspect.signature(function, follow_wrapped=False)
     except (TypeError, ValueError):
         return
+    keywords, call = rank_call or (contract.keywords, contract.signature)
     try:
-        signature.bind(*contract.input_names, **dict.fromkeys(contract.keywords))
+        signature.bind(*contract.input_names, **dict.fromkeys(keywords))
     except TypeError as error:
-        raise CallShapeError(f"{name} cannot be called as the {contract.name} contract calls it, "
-                             f"{contract.signature}: {error}") from None
+        form = "its ranks call it" if rank_call else f"the {contract.name} contract calls it"
+        raise CallShapeError(f"{name} cannot be called as {form}, {call}: {error}") from None
 
 
 @dataclass(frozen=True)

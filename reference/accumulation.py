@@ -110,8 +110,14 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
     tol = float(case.contract.tolerance(expected, case.dtype)[reduction.LOSS])
     share = CONTRACT_CHUNKED.weight(bound, ranks, steps) * compensation(bound, ranks, steps)
     tokens = int(expected.counts.sum())
-    candidates = [(share * sum(_chunk_losses(chunks, bound)),
-                   "does each micro-batch divide by its own token count (or rows): a mean of micro-batch means?")]
+    own_means = sum(_chunk_losses(chunks, bound))
+    candidates = [(share * own_means,
+                   "does each micro-batch divide by its own token count (or rows): a mean of micro-batch means?"),
+                  # the form trainers ship: each chunk's own mean, nothing rescaled, averaged by the ranks and the
+                  # 1/G (or summed and divided by G): the plain mean of the R x G micro-batches' means
+                  (own_means / (ranks * steps),
+                   "is each micro-batch's loss the mean over its own tokens (or rows), not rescaled: a mean of "
+                   "per-micro-batch (per-rank) means?")]
     if bound["mode"] == reduction.SEQ_MEAN_TOKEN_SUM_NORM:
         candidates.append((share * sum(_padded_width_losses(chunks, bound, expected.rows_divisor())),
                            "is L_max taken from each chunk's padded width?"))

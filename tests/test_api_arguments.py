@@ -118,3 +118,15 @@ def test_any_signature_that_takes_the_call_passes_the_shape_check(fn, contract):
     from reference.contracts import get_contract
 
     check_call_shape(fn, get_contract(contract), "fn")  # raises nothing
+
+
+def _in_process_form(token_losses, token_mask, *, num_tokens, num_sequences, dp_size, accumulation_steps):
+    raise AssertionError("never called: the rank form's call shape is refused first")
+
+
+def test_the_in_process_form_is_refused_on_ranks_before_any_rank_starts():
+    pytest.importorskip("torch")
+    with pytest.raises(TypeError, match=re.escape("fn: _in_process_form cannot be called as its ranks call it, "
+                                                  "fn(token_losses, token_mask, *, step_masks, group, "
+                                                  "accumulation_steps): missing a required argument: 'num_tokens'")):
+        check(_in_process_form, framework="torch", reduction="token-mean", accumulation=True, ranks=True)

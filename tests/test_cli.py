@@ -406,3 +406,14 @@ def test_a_function_that_cannot_take_the_contracts_call_exits_2_before_fuzzing(t
     assert "cannot be called as the reduction contract calls it, fn(token_losses, token_mask) -> loss: missing a " \
            "required argument: 'loss_agg_mode'" in result.stderr
     assert "FAIL" not in result.stdout + result.stderr  # no cell ran
+
+
+def test_the_in_process_form_on_ranks_exits_2_before_any_rank_starts(tmp_path):
+    pytest.importorskip("torch")
+    path = write(tmp_path, "in_process.py", "def loss(token_losses, token_mask, *, num_tokens, num_sequences, "
+                                              "dp_size, accumulation_steps):\n    return 0\n")
+    result = run_fuzz("check", f"{path}:loss", "--framework", "torch", "--reduction", "token-mean", "--accumulation",
+                      "--ranks")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "cannot be called as its ranks call it, fn(token_losses, token_mask, *, step_masks, group, " \
+           "accumulation_steps): missing a required argument: 'num_tokens'" in result.stderr

@@ -171,3 +171,24 @@ def test_a_nan_gradient_from_a_where_guarded_division_by_a_count_of_0_is_named_s
     report = check(divides_first, framework="torch", reduction="seq-mean-token-mean", dtypes=["float32"],
                    gradients=True, max_examples=40, seed=0)
     assert any("a division by its count of 0 guarded by a where" in failure.message for failure in report.failures)
+
+
+def _float32_chunk_loss(token_losses, token_mask, *, num_tokens, num_sequences, dp_size, accumulation_steps):
+    import torch
+
+    selected = torch.where(token_mask, token_losses, 0).sum()
+    return (selected / max(num_tokens, 1) * dp_size).float()  # float32 for float64 inputs
+
+
+def test_a_per_chunk_loss_of_the_wrong_dtype_gets_a_snippet_that_fails_on_it(tmp_path):
+    from fuzz import check
+
+    pytest.importorskip("torch")
+    report = check(_float32_chunk_loss, framework="torch", reduction="token-mean", accumulation=True,
+                   dtypes=["float64"], max_examples=10, seed=0, fail_fast=True)
+    failure = next(f for f in report.failures if "dtype float32, expected float64" in f.message)
+    path = tmp_path / "snippet.py"
+    path.write_text(failure.snippet)
+    run = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert run.returncode == 1 and "of dtype float32, want float64" in run.stderr, run.stdout + run.stderr

@@ -286,9 +286,16 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
                 arrays.append(syntax.reshape.format(buffer=make.format(values="[]"), shape=values.shape))
         lines += [f"# {split.describe(k)}", "chunks.append((", *(f"    {array}," for array in arrays), "))"]
     call = f"functools.partial({subject.function_name}, **KEYWORDS)"
+    allowed = list(contract.output_dtypes(case.dtype))
     if cotangents is None:
         lines += [
-            f"losses = [as_float64({call}(*chunk)) for chunk in chunks]",
+            f"returned = [{call}(*chunk) for chunk in chunks]",
+            "# each chunk's loss: an array of the framework, of an allowed dtype, as the suite checks first",
+            "for k, loss in enumerate(returned):",
+            "    dtype = str(getattr(loss, 'dtype', None)).split('.')[-1]",
+            f"    assert type(loss).__name__ in {syntax.type_names!r} and dtype in {allowed!r}, \\",
+            f"        f'chunk {{k}}: {{type(loss).__name__}} of dtype {{dtype}}, want {' or '.join(allowed)}'",
+            "losses = [as_float64(loss) for loss in returned]",
             "combined = sum(WEIGHT * float(loss) for loss in losses)",
             f"expected, tolerance = {float(expected.outputs()[output])!r}, {float(tol[output])!r}",
             "print(f'combined loss {combined!r}, expected {expected!r} +- {tolerance!r}; chunk losses {losses}')",
