@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fuzz.report.texts import string_literal
+from fuzz.report.binding import module_file_lines
 
 
 class LoadError(Exception):
@@ -88,17 +88,7 @@ def _load_target(spec: str) -> Target:
             module_spec.loader.exec_module(module)
         except Exception as error:
             raise LoadError(f"{location} raised on import: {type(error).__name__}: {error}") from error
-        import_lines = (
-            "import importlib.util",
-            "import os",
-            "import sys",
-            f"_file = {string_literal(path)}",
-            "sys.path.insert(0, os.path.dirname(_file))  # the file's folder, as `python FILE` has it",
-            f"_spec = importlib.util.spec_from_file_location({module_name!r}, _file)",
-            "_module = importlib.util.module_from_spec(_spec)",
-            "_spec.loader.exec_module(_module)",
-            f"{name} = _module.{name}",
-        )
+        import_lines = (*module_file_lines(path, module_name), f"{name} = _module.{name}")
     else:
         # `python -m fuzz` puts the current directory on sys.path; the installed command does not, and a
         # user's `my_pkg.losses` is usually found there.

@@ -22,13 +22,13 @@ MODULES = {"torch": "fuzz.engines.torch_ranks", "jax": "fuzz.engines.jax_mesh", 
            "jax-accumulation": "fuzz.engines.jax_accumulation"}
 # `check --accumulation --ranks`: the rank engine of each framework (torch DDP, or JAX shard_map)
 RANKS_ENGINES = {"torch": "ddp", "jax": "jax-accumulation"}
+CHOICES = ("torch", "jax")  # `check --sharded`: the engines that run a user's per-rank function
 
 
 def rank_call(framework: str, contract: Any) -> tuple[tuple[str, ...], str]:
     """What a rank form on `framework`'s ranks is called with besides its inputs, and the call as text."""
     module = importlib.import_module(MODULES[RANKS_ENGINES[framework]])
     return module.RANK_KEYWORDS, module.rank_signature(contract)
-CHOICES = ("torch", "jax")  # `check --sharded`: the engines that run a user's per-rank function
 
 
 class Engine:

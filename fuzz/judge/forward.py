@@ -38,12 +38,22 @@ def non_finite_hint(case: Case) -> str | None:
         if special:
             hints.append(f"masked-out {spec.name} hold {', '.join(special)}: multiplied by the mask (0 * inf is "
                          "NaN) rather than selected with a where?")
-    if not mask.any():
-        empty = f" (the batch is {'x'.join(map(str, mask.shape))})" if not mask.size else ""
-        hints.append(f"no token is selected{empty}: a mean over none of them (0 / 0)?")
-    elif mask.ndim and not mask.any(axis=-1).all():
-        hints.append("a row selects no token: its mean over none of them (0 / 0)?")
+    if empty := empty_selection(mask):
+        whose = "its" if empty == EMPTY_ROW else "a"
+        hints.append(f"{empty}: {whose} mean over none of them (0 / 0)?")
     return "; or ".join(hints) or None
+
+
+def empty_selection(mask: np.ndarray) -> str | None:
+    """Where the mask selects nothing, as a report says it: in the whole batch, or in a row."""
+    if not mask.any():
+        return "no token is selected" + (f" (the batch is {'x'.join(map(str, mask.shape))})" if not mask.size else "")
+    if mask.ndim and not mask.any(axis=-1).all():
+        return EMPTY_ROW
+    return None
+
+
+EMPTY_ROW = "a row selects no token"
 
 
 def _float32_hint(case: Case, key: str, value: np.ndarray, want: np.ndarray, precision: Precision) -> str | None:

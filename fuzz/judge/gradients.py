@@ -15,6 +15,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from fuzz.judge.draws import draw_cotangents
+from fuzz.judge.forward import empty_selection
 from fuzz.judge.outputs import GRADIENT_STRUCTURE, check_gradient_arrays, modified_inputs
 from fuzz.judge.verdict import Verdict, call_safely, out_of_tolerance, same_bits
 from reference.case import Case
@@ -34,8 +35,7 @@ def _non_finite(name: str, values: np.ndarray, overflow: str | None, mask: np.nd
     seen = f"{name}{bad} = {float(values[tuple(bad)])!r}"
     if overflow is not None:
         return GRADIENT_OVERFLOW, f"{seen}: {overflow}"
-    empty = "no token is selected" if not mask.any() else "a row selects no token" if (
-        mask.ndim and not mask.any(axis=-1).all()) else None
+    empty = empty_selection(mask)
     hint = (f": {empty}: a division by its count of 0 guarded by a where (whose other branch's inf or NaN still "
             "reaches the backward)?") if empty else ""
     return GRADIENT_NON_FINITE, f"{name} is not finite: {seen}{hint}"

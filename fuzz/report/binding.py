@@ -62,24 +62,28 @@ def _round_trips(value: object) -> bool:
         return False
 
 
+def module_file_lines(path: str, module_name: str) -> tuple[str, ...]:
+    """Python that loads the module in file `path` as `_module`, from any directory, with the file's folder on
+    sys.path (as `python FILE` has it) so that the modules beside it import as they did."""
+    return (
+        "import importlib.util",
+        "import os",
+        "import sys",
+        f"_file = {string_literal(os.path.abspath(path))}",
+        "sys.path.insert(0, os.path.dirname(_file))  # the file's folder, as `python FILE` has it",
+        f"_spec = importlib.util.spec_from_file_location({module_name!r}, _file)",
+        "_module = importlib.util.module_from_spec(_spec)",
+        "_spec.loader.exec_module(_module)",
+    )
+
+
 def _function_lines(function: Callable[..., Any]) -> tuple[tuple[str, ...], str]:
     """Python that binds `function`, and the name it binds: imported from its module's file (found from any
     directory, with that file's folder on the path for the modules beside it) where the module holds it by its
     name, or its source after its module's names (a function defined inside another one, a lambda), with its
     free variables assigned first where their values are literals; otherwise a comment saying to define it."""
     path, names = _module_of(function)
-    lines: tuple[str, ...] = ()
-    if path:
-        lines = (
-            "import importlib.util",
-            "import os",
-            "import sys",
-            f"_file = {string_literal(os.path.abspath(path))}",
-            "sys.path.insert(0, os.path.dirname(_file))  # the modules beside it import as they did",
-            "_spec = importlib.util.spec_from_file_location('_fuzz_target', _file)",
-            "_module = importlib.util.module_from_spec(_spec)",
-            "_spec.loader.exec_module(_module)",
-        )
+    lines = module_file_lines(path, "_fuzz_target") if path else ()
     code = getattr(function, "__code__", None)
     for held in (getattr(function, "__name__", None), getattr(code, "co_name", None)):  # __name__ may be renamed
         if path and isinstance(held, str) and held.isidentifier() and names.get(held) is function:
@@ -98,12 +102,16 @@ def _function_lines(function: Callable[..., Any]) -> tuple[tuple[str, ...], str]
 def _defined_name(function: Callable[..., Any]) -> str:
     """The name a def's source binds (the decorated function's, where a decorator wrapped it), else "function"
     (a lambda, a callable instance)."""
-    try:
-        unwrapped = inspect.unwrap(function)
-    except ValueError:  # a cycle of __wrapped__
-        unwrapped = function
-    name = getattr(getattr(unwrapped, "__code__", None), "co_name", None)
+    name = getattr(getattr(_unwrapped(function), "__code__", None), "co_name", None)
     return name if isinstance(name, str) and name.isidentifier() else "function"
+
+
+def _unwrapped(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The function a chain of functools.wraps decorators wraps (the function itself where the chain cycles)."""
+    try:
+        return inspect.unwrap(function)
+    except ValueError:
+        return function
 
 
 def _module_of(function: Callable[..., Any]) -> tuple[str | None, dict[str, Any]]:
@@ -112,11 +120,7 @@ def _module_of(function: Callable[..., Any]) -> tuple[str | None, dict[str, Any]
     module = inspect.getmodule(function)
     if isinstance(getattr(module, "__file__", None), str):
         return module.__file__, vars(module)  # type: ignore[union-attr]
-    try:
-        unwrapped = inspect.unwrap(function)
-    except ValueError:  # a cycle of __wrapped__
-        unwrapped = function
-    names = getattr(unwrapped, "__globals__", {})
+    names = getattr(_unwrapped(function), "__globals__", {})
     path = names.get("__file__")
     return (path, names) if isinstance(path, str) else (None, {})
 
