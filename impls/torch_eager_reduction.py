@@ -63,11 +63,11 @@ def row_sums_and_counts(token_losses: torch.Tensor, token_mask: torch.Tensor) ->
     return selected_sums_and_counts(token_losses, token_mask, accumulate)
 
 
-# CPU blocks of rows of about this many tokens: the block's words (8 or 16 MB) stay in the last-level cache and
-# below glibc's mmap threshold (so the buffer is reused memory, not fresh pages to fault in), and a call makes
-# few parallel regions: each op is one, and on a loaded machine each may wait for a descheduled thread (there,
-# blocks of 2^21 tokens ran about twice as fast as blocks of 2^20).
-BLOCK_ELEMENTS = 1 << 21
+# CPU blocks of rows of about this many tokens: the block's words (2 or 4 MB), split among the threads, stay in
+# each core's L2, and the buffer is allocated once per call. Each op is a parallel region whose threads wait for
+# each other, so blocks much smaller than this pay more in hand-offs than they save (docs/measurements.md: 2^19
+# against 2^17 to 2^22, on a quiet machine and beside a busy process).
+BLOCK_ELEMENTS = 1 << 19
 _WORDS = {torch.float32: torch.int32, torch.float64: torch.int64}  # an integer word of each width
 
 

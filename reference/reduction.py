@@ -551,6 +551,10 @@ EXAMPLES = (  # the RLHF book's example, section 6.3.2: sequence means 2.8 and 1
     Example("the book's example, seq-mean-token-sum", BOOK, {LOSS: 16.5}, {"mode": SEQ_MEAN_TOKEN_SUM}),
     Example("the book's example, token-sum", BOOK, {LOSS: 33}, {"mode": TOKEN_SUM}),
     Example("all masked", {LOSSES: [[1, 2], [3, 4]], MASK: [[0, 0], [0, 0]]}, {LOSS: 0}, {"mode": TOKEN_MEAN}),
+    # padding that a product with the mask turns into NaN (0 * inf), in one row beside a clean one
+    Example("-inf and NaN padding", {LOSSES: [[1, 2, -math.inf], [4, math.nan, math.inf], [1, 3, 2]],
+                                     MASK: [[1, 1, 0], [1, 0, 0], [1, 1, 1]]}, {LOSS: 2.5},
+            {"mode": SEQ_MEAN_TOKEN_MEAN}),
 )
 
 PARAMETERS = (

@@ -17,7 +17,7 @@ TINY_BLOCKS = {
     "numpy": [("impls.numpy_impl", "BLOCK_ELEMENTS", 4), ("impls.numpy_impl", "THREADED_ELEMENTS", 1)],
     "torch-eager": [("impls.torch_eager", "CHUNK_ELEMENTS", 7), ("impls.torch_eager", "EXACT_FLOAT32_COUNT", 3)],
     "torch-compile": [("impls.torch_compile", "EXACT_FLOAT32_COUNT", 3)],
-    "jax-jit": [("impls.jax_jit", "BLOCK_ELEMENTS", 13), ("impls.jax_jit", "EXACT_FLOAT32_COUNT", 3)],
+    "jax-jit": [("impls.jax_jit", "BLOCK_BYTES", 13 * 4), ("impls.jax_jit", "EXACT_FLOAT32_COUNT", 3)],
 }
 # Each (dtype, layout) compiles its own float64-count graph: keep torch.compile to the dtypes it changes.
 DTYPES = {"torch-compile": ("float32", "bfloat16")}
