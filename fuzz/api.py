@@ -178,7 +178,9 @@ def check(
         raise ValueError("ranks=True runs a per-chunk loss on data-parallel ranks (torch.distributed under DDP, or "
                          "jax.shard_map): it needs accumulation=True and framework='torch' or 'jax'")
     contract, parameters = declared_contract(reduction, rows, l_max, accumulation, dp_reduce, backward_scale)
-    spec = (fn if isinstance(fn, str) else _spec_of(fn)) if workers or ranks else None
+    spec = None  # what the other processes import, where there are any
+    if workers or ranks:
+        spec = fn if isinstance(fn, str) else _spec_of(fn, "ranks=True" if ranks else "workers=")
     if isinstance(fn, str):
         target = load_target(fn)
         name, function, import_lines, function_name = fn, target.function, target.import_lines, target.function_name
@@ -257,15 +259,17 @@ def _positive(argument: str, value: object) -> None:
         raise ValueError(f"{argument} must be a positive int, got {value!r}")
 
 
-def _spec_of(fn: Callable[..., Any]) -> str:
-    """"module:name" for a function a worker process can import; ValueError for one it cannot."""
+def _spec_of(fn: Callable[..., Any], argument: str) -> str:
+    """"module:name" for a function another process (a worker, a rank) can import; ValueError naming `argument`
+    (what asked for other processes) for one it cannot."""
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     if not module or module == "__main__" or not isinstance(qualname, str) or not qualname.isidentifier():
         what = f"{module}.{qualname}" if module and isinstance(qualname, str) else f"{type(fn).__name__} {fn!r:.80}"
-        raise ValueError(f"workers= needs a function importable by its module and name, and {what} is not (a "
+        instead = ("pass workers=None to run it in this process, or" if argument == "workers=" else
+                   "define it in a module of its own and pass it from there, or pass")
+        raise ValueError(f"{argument} needs a function importable by its module and name, and {what} is not (a "
                          "lambda, a partial, a callable instance, or a function defined in __main__ or inside "
-                         "another function): pass workers=None to run it in this process, or a "
-                         "'package.module:function' string")
+                         f"another function): {instead} a 'package.module:function' string")
     return f"{module}:{qualname}"
 
 

@@ -7,7 +7,6 @@ import functools
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -68,18 +67,35 @@ def test_workers_name_a_function_they_cannot_import_as_it_is(fn):
     assert "partial" in str(raised.value) or "_Callable" in str(raised.value) or "<lambda>" in str(raised.value)
 
 
-def test_a_script_without_a_main_guard_is_told_so_instead_of_failing_its_function(tmp_path):
-    script = tmp_path / "trainer_test.py"
-    script.write_text(textwrap.dedent(f"""
-        from fuzz import check
+def test_ranks_name_themselves_when_they_cannot_import_the_function():
+    def chunk_loss(token_losses, token_mask, *, step_masks, group, accumulation_steps):
+        raise AssertionError("never called")
 
-        report = check({GOOD!r}, framework="numpy", dtypes=["float32"], max_examples=2, workers=1)
-        print("verdict", report.ok)
-    """))
+    with pytest.raises(ValueError, match=r"^ranks=True needs a function importable") as raised:
+        check(chunk_loss, framework="torch", reduction="token-mean", accumulation=True, ranks=True)
+    assert "workers" not in str(raised.value)
+
+
+RANK_FORM = """
+def chunk_loss(token_losses, token_mask, *, step_masks, group, accumulation_steps):
+    raise AssertionError("never called: the ranks do not start")
+"""
+
+
+@pytest.mark.parametrize(("source", "call"), [
+    ("", f'check({GOOD!r}, framework="numpy", dtypes=["float32"], max_examples=2, workers=1)'),
+    (RANK_FORM, 'check(losses.chunk_loss, framework="torch", reduction="token-mean", accumulation=True, ranks=True, '
+                'dtypes=["float32"], max_examples=2)'),
+], ids=["workers", "ranks"])
+def test_a_script_without_a_main_guard_is_told_so_instead_of_failing_its_function(tmp_path, source, call):
+    (tmp_path / "losses.py").write_text(source)  # ranks import the function from its module
+    script = tmp_path / "trainer_test.py"
+    script.write_text(f"from fuzz import check\nimport losses\n\nreport = {call}\nprint('verdict', report.ok)\n")
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                             cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 1 and "verdict" not in result.stdout, result.stdout + result.stderr
-    assert 'if __name__ == "__main__":' in result.stderr and "before it started" in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert 'if __name__ == "__main__":' in last and "before it started" in last, result.stderr[-3000:]
 
 
 def _agg_loss(loss_mat, loss_mask, loss_agg_mode):  # verl's signature: the mode is a third argument

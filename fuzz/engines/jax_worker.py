@@ -29,6 +29,7 @@ from fuzz.engines.registry import Engine
 from fuzz.engines.split import Split
 from fuzz.engines.torch_ranks import START_TIMEOUT_S, RankFailure, rank_timeout
 from fuzz.judge.verdict import Verdict
+from fuzz.run.processes import died_at_start
 from reference.case import Case
 
 DEVICES = 4  # the largest mesh has 4 devices
@@ -165,6 +166,8 @@ class JaxWorker:
                 pass
         if ready:
             self.process.join(5)
+            if doing == "start":
+                self._fail(died_at_start("the JAX mesh worker", self.process.exitcode))
             self._fail(f"the JAX mesh worker died during {doing} (exit code {self.process.exitcode}: os._exit, "
                        "a crash or a kill)")
         del deadline

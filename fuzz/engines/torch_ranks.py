@@ -38,7 +38,7 @@ import numpy as np
 from fuzz.engines.registry import Engine
 from fuzz.engines.split import MESHES, Split
 from fuzz.judge.verdict import Verdict
-from fuzz.run.processes import fork_server_context
+from fuzz.run.processes import died_at_start, fork_server_context
 from reference.case import Case
 
 DEFAULT_TIMEOUT_S = 60.0  # per example; a correct example takes milliseconds, a cold start seconds
@@ -173,6 +173,9 @@ def _rank_main(rank: int, world: int, port: int, device: str, connection: Any) -
 
 # -------------------------------------------------------------------------------------------- parent side
 
+STARTING = "start (init_process_group and new_group)"
+
+
 class RankPool:
     """`world` rank processes on one device type, ready for jobs; `run` sends one job to each rank."""
 
@@ -202,7 +205,7 @@ class RankPool:
             child_end.close()
             self.connections.append(parent_end)
             self.processes.append(process)
-        replies = self._gather(START_TIMEOUT_S, "start (init_process_group and new_group)", None)
+        replies = self._gather(START_TIMEOUT_S, STARTING, None)
         if any(reply != "ready" for reply in replies):
             self.close()
             raise RuntimeError(f"torch.distributed ranks did not start: {replies}")
@@ -226,6 +229,8 @@ class RankPool:
                 if self.connections[rank] in ready or self.processes[rank].sentinel in ready:
                     self.processes[rank].join(5)
                     code = self.processes[rank].exitcode
+                    if doing == STARTING:
+                        self._fail(died_at_start(f"rank {rank} of {self.world}", code))
                     self._fail(f"{describe(rank) if describe else f'rank {rank}'} died during {doing} "
                                f"(exit code {code}: os._exit, a crash or a kill), after {len(replies)} of "
                                f"{self.world} ranks had answered")

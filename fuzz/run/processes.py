@@ -31,6 +31,16 @@ def start_fork_server(preload: Sequence[str]) -> tuple[Any, bool]:
     return context, not running
 
 
+def died_at_start(process: str, exitcode: int | None) -> str:
+    """Why a child that never said it was ready died: most often, the script that started it runs `check()` at
+    import, so multiprocessing (the fork server, or spawn), which imports that script in each new process, runs it
+    again there, and that second call fails as it tries to start processes of its own."""
+    return (f"{process} exited with status {exitcode} before it started (its own error is printed above, on "
+            "stderr). If a script calls fuzz.check(..., workers=N) or fuzz.check(..., ranks=True) at module level, "
+            "each process the suite starts imports that script as it starts, runs that call again and fails: put "
+            "the call under `if __name__ == \"__main__\":`")
+
+
 def fork_server_context(preload: Sequence[str]) -> Any:
     """`start_fork_server(preload)`'s context."""
     return start_fork_server(preload)[0]

@@ -34,7 +34,7 @@ from fuzz.run.calls import DEFAULT_TIMEOUT, Call, Watcher
 from fuzz.run.cell import fuzz_task, progress
 from fuzz.run.interrupted import CRASH, TIMEOUT, died, interrupted_cell, timed_out
 from fuzz.run.plan import CellTask
-from fuzz.run.processes import start_fork_server, stop_fork_server
+from fuzz.run.processes import died_at_start, start_fork_server, stop_fork_server
 from fuzz.run.subjects import build_subject, snippet_source
 from impls.cores import usable_cores
 from impls.frameworks import adapter_class, check_modes, load_framework
@@ -123,7 +123,7 @@ class _Worker:
         self.index, self.task, self.source, self.call, self.call_started = index, task, None, None, None
         self.used = True
         self.cell_started = time.monotonic()
-        with contextlib.suppress(OSError):  # it died before its first cell: the wait reports how (not_started)
+        with contextlib.suppress(OSError):  # it died before its first cell: the wait reports how (died_at_start)
             self.connection.send(task)
 
     def stop(self) -> None:
@@ -266,16 +266,6 @@ def _take(pending: deque[int], setups: Sequence[str], worker: _Worker, holders: 
     return index
 
 
-def not_started(exitcode: int | None) -> str:
-    """Why a worker that never said it was ready died: most often, the script that started it runs `check()` at
-    import, so multiprocessing (the fork server, or spawn), which imports that script in each new process, runs it
-    again there."""
-    return (f"a worker process exited with status {exitcode} before it started (its own error is printed above, "
-            "on stderr). If a script calls fuzz.check(..., workers=N) at module level, each worker process, "
-            "which imports that script as it starts, runs that call again and fails: put the call under "
-            "`if __name__ == \"__main__\":`")
-
-
 def _wait_for_news(workers: list[_Worker], timeout: float) -> list[tuple[_Worker, CellResult]]:
     """Wait until a busy worker says something, dies, or overruns a call; return the cells that ended."""
     busy = [worker for worker in workers if worker.task is not None]
@@ -294,7 +284,7 @@ def _wait_for_news(workers: list[_Worker], timeout: float) -> list[tuple[_Worker
             result = _failed(worker, timed_out(timeout, call), TIMEOUT, call)
         if result is None and not alive and not worker.ready:
             worker.process.join()
-            raise WorkerError(not_started(worker.process.exitcode))
+            raise WorkerError(died_at_start("a worker process", worker.process.exitcode))
         if result is None and not alive:
             worker.process.join()
             call = worker.call if worker.call_started is not None else None
