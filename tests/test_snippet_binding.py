@@ -164,3 +164,36 @@ def test_a_lambda_broken_after_its_colon_or_sharing_its_lines_binds_to_itself(tm
     assert snippet_binding(second)[0][-3:] == ("function = (lambda t, m:", "        loss(t, m) * 3.0 + 1.0", ")")
     same = [lambda t, m: 1.0, lambda t, m: 1.0]  # the same text twice: either is the function
     assert snippet_binding(same[1])[0][-2:] == ("function = (lambda t, m: 1.0", ")")
+
+
+SCRIPT = '''
+import numpy as np
+
+from fuzz import check
+
+
+def loss(token_losses, token_mask):  # the padded width as the count
+    return np.asarray(np.where(token_mask, token_losses, 0).sum() / max(token_mask.size, 1))
+
+
+if __name__ == "__main__":
+    report = check(loss, framework="numpy", reduction="token-mean", dtypes=["float64"], max_examples=20, seed=0,
+                   fail_fast=True)
+    print("verdict", report.ok)
+    with open("snippet.py", "w") as file:
+        file.write(report.failures[0].snippet)
+'''
+
+
+def test_the_snippet_of_a_scripts_function_loads_the_script_without_its_main_block(tmp_path):
+    script = tmp_path / "check_my_loss.py"
+    script.write_text(SCRIPT)
+    root = str(importlib.util.find_spec("fuzz").submodule_search_locations[0]).rsplit("/", 1)[0]
+    ran = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": root})
+    assert "verdict False" in ran.stdout, ran.stdout + ran.stderr
+    snippet = (tmp_path / "snippet.py").read_text()
+    assert "but not its `if __name__ == \"__main__\":` block" in snippet
+    run = _run_snippet(snippet, tmp_path / "again")
+    assert run.returncode == 1 and "AssertionError: loss" in run.stderr, run.stdout + run.stderr[-2000:]
+    assert "verdict" not in run.stdout  # the script's own check did not run again

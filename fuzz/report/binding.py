@@ -62,9 +62,10 @@ def _round_trips(value: object) -> bool:
         return False
 
 
-def module_file_lines(path: str, module_name: str) -> tuple[str, ...]:
+def module_file_lines(path: str, module_name: str, script: bool = False) -> tuple[str, ...]:
     """Python that loads the module in file `path` as `_module`, from any directory, with the file's folder on
-    sys.path (as `python FILE` has it) so that the modules beside it import as they did."""
+    sys.path (as `python FILE` has it) so that the modules beside it import as they did. `script`: the file ran as
+    __main__, so loading it runs its top level; say so where it does."""
     return (
         "import importlib.util",
         "import os",
@@ -73,6 +74,8 @@ def module_file_lines(path: str, module_name: str) -> tuple[str, ...]:
         "sys.path.insert(0, os.path.dirname(_file))  # the file's folder, as `python FILE` has it",
         f"_spec = importlib.util.spec_from_file_location({module_name!r}, _file)",
         "_module = importlib.util.module_from_spec(_spec)",
+        *(("# this runs the script's top level, a check() call there included, but not its "
+           "`if __name__ == \"__main__\":` block",) if script else ()),
         "_spec.loader.exec_module(_module)",
     )
 
@@ -83,7 +86,7 @@ def _function_lines(function: Callable[..., Any]) -> tuple[tuple[str, ...], str]
     name, or its source after its module's names (a function defined inside another one, a lambda), with its
     free variables assigned first where their values are literals; otherwise a comment saying to define it."""
     path, names = _module_of(function)
-    lines = module_file_lines(path, "_fuzz_target") if path else ()
+    lines = module_file_lines(path, "_fuzz_target", script=names.get("__name__") == "__main__") if path else ()
     code = getattr(function, "__code__", None)
     for held in (getattr(function, "__name__", None), getattr(code, "co_name", None)):  # __name__ may be renamed
         if path and isinstance(held, str) and held.isidentifier() and names.get(held) is function:
