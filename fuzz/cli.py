@@ -34,6 +34,7 @@ from fuzz.run.subjects import (
     available_adapter,
     build_subject,
     declared_contract,
+    unread_parameters,
 )
 from fuzz.run.workers import Workers, default_jobs, mode_imports, run_cells
 from impls.frameworks import prepare_process
@@ -422,13 +423,15 @@ def option_spelling(name: str) -> str:
 
 def check(args: argparse.Namespace) -> int:
     try:
-        declared_contract(args.reduction, args.rows, args.l_max, args.accumulation, args.dp_reduce,
-                          args.backward_scale, spell=option_spelling)
+        _, bound = declared_contract(args.reduction, args.rows, args.l_max, args.accumulation, args.dp_reduce,
+                                     args.backward_scale, spell=option_spelling)
     except ValueError as error:  # a declared parameter that is wrong, or one that needs another (--l-max)
         # the contract's own messages name its parameters as the Python API spells them
         message = re.sub(r"\b(l_max|dp_reduce|backward_scale)\b", lambda found: option_spelling(found[1]), str(error))
         print(f"error: {message}", file=sys.stderr)
         return USAGE_ERROR
+    for note in unread_parameters(bound, args.rows, args.l_max, spell=option_spelling):
+        print(f"note: {note}", file=sys.stderr)
     if args.ranks and (not args.accumulation or args.framework not in RANKS_ENGINES):
         print("error: --ranks runs a per-chunk loss on data-parallel ranks (torch.distributed under DDP, or "
               "jax.shard_map): it needs --accumulation and --framework torch or jax", file=sys.stderr)

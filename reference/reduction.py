@@ -450,9 +450,17 @@ def cotangents(kind: str, rng: np.random.Generator, case: Case) -> dict[str, np.
 
 # ------------------------------------------------------------------------------------------- explanations
 
-def _candidates(expected: Exact) -> list[tuple[str, float]]:
+def _a_length_constant(value: int) -> bool:
+    """A whole number a trainer writes as a maximum length: a power of two up to 2^20 or a multiple of 100 up to
+    100,000. Only those are read off a wrong value: any value is some L_max's loss, and a large arbitrary one
+    matches within a half-precision tolerance by chance."""
+    return 1 <= value <= 1 << 20 and (value & (value - 1) == 0 or (value % 100 == 0 and value <= 100_000))
+
+
+def _candidates(expected: Exact, got: float) -> list[tuple[str, float]]:
     """Exact values of what a wrong implementation of the declared mode often computes instead, each with what it
-    says about the code; the declared mode's own slips first, then the other modes and conventions."""
+    says about the code; the declared mode's own slips first, then the other modes and conventions. `got`, the
+    wrong value, names the one slip read off it: fixed length with another whole L_max than the declared one."""
     mode, rows, l_max = expected.mode, expected.rows, expected.l_max
     tokens, padded, batch = int(expected.counts.sum()), expected.tokens, expected.batch
     divisor = expected.rows_divisor()
@@ -485,6 +493,12 @@ def _candidates(expected: Exact) -> list[tuple[str, float]]:
             else:
                 name = candidate + (f" (rows={convention})" if candidate in ROW_MODES else "")
                 found.append((f"the exact {name}, where {mode} is declared?", value))
+    if mode == SEQ_MEAN_TOKEN_SUM_NORM and divisor:  # read off the value, so the least likely: last
+        ratio = expected.total / (divisor * got) if got else math.inf
+        implied = round(ratio) if math.isfinite(ratio) else 0
+        if _a_length_constant(implied) and implied not in (l_max, padded):
+            found.append((f"the exact {mode} with L_max = {implied}, where L_max = {l_max:g} is declared: another "
+                          "constant in the code?", expected.total / (divisor * implied)))
     return found
 
 
@@ -498,7 +512,7 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
     if not math.isfinite(got):
         return None
     scale = max(float(tolerance(expected, case.dtype)[LOSS]), 1e-300)
-    matches = [(text, value) for text, value in _candidates(expected)
+    matches = [(text, value) for text, value in _candidates(expected, got)
                if abs(got - value) <= 2 * scale + 8 * unit_roundoff(case.dtype) * abs(value)
                and abs(value - float(expected.loss)) > 2 * scale]
     if not matches:

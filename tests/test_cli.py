@@ -87,6 +87,20 @@ def test_a_declared_parameter_that_needs_another_names_both_options(options, mes
     assert result.returncode == 2 and message in result.stderr, result.stderr
 
 
+def test_a_declared_parameter_the_mode_does_not_read_is_noted_and_set_aside(tmp_path):
+    write(tmp_path, "scalar_losses.py", NUMPY_SCALAR_LOSSES)
+    result = run_fuzz("check", "scalar_losses.py:token_mean", "--framework", "numpy", "--reduction", "token-mean",
+                      "--l-max", "1000", "--rows", "nonempty", "--dtypes", "float32", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ("note: --l-max is read only by seq-mean-token-sum-norm (fixed-length): token-mean does not divide by "
+            "L_max, so it is set aside") in result.stderr
+    assert "note: --rows says what D counts in the modes that divide by D: token-mean has no D" in result.stderr
+    fixed = run_fuzz("check", "scalar_losses.py:token_mean", "--framework", "numpy", "--reduction", "fixed-length",
+                     "--l-max", "1000", "--rows", "nonempty", "--dtypes", "float32", "--max-examples", "5",
+                     cwd=tmp_path)
+    assert "note:" not in fixed.stderr, fixed.stderr
+
+
 def test_dtypes_the_framework_does_not_hold_are_refused_instead_of_checking_nothing():
     result = run_fuzz("check", "impls.array_api_impl:sequence_vs_token_normalization", "--framework", "array-api",
                       "--dtypes", "float16,bfloat16")

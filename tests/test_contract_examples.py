@@ -75,3 +75,18 @@ def test_a_wrong_loss_is_named_as_the_formula_it_equals():
     assert explain(case, {"loss": np.array(33 / 15)}) == (
         "it equals 2.2, the exact token-mean, where seq-mean-token-mean is declared?")
     assert explain(case, {"loss": np.array(2.35)}) is None
+
+
+def test_a_fixed_length_loss_with_another_whole_constant_is_named_with_it():
+    """Fixed length declared with L_max = 10: a loss divided by 1024 instead names 1024 as the constant in the
+    code; a divisor no trainer writes as a length (1023) is not read off the value."""
+    from reference.reduction import explain
+
+    contract = get_contract("reduction")
+    example = next(example for example in contract.examples if example.name == "the book's example, fixed-length")
+    case = _case(contract, example, "float32", "cpu")
+    assert explain(case, {"loss": np.array(33 / (2 * 1024))}) == (
+        "it equals 0.0161133, the exact seq-mean-token-sum-norm with L_max = 1024, where L_max = 10 is declared: "
+        "another constant in the code?")
+    assert explain(case, {"loss": np.array(33 / (2 * 1023))}) is None
+    assert explain(case, {"loss": np.array(1e-9)}) is None

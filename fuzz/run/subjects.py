@@ -16,6 +16,7 @@ from impls.frameworks import Framework, check_modes, load_framework
 from impls.registry import Implementation, get_implementation
 from reference.contract import Contract
 from reference.contracts import CONTRACT_NAMES, get_contract
+from reference.reduction import ROW_MODES, SEQ_MEAN_TOKEN_SUM_NORM
 from reference.tolerance import CONTRACT, PRECISIONS, STRICT
 
 FRAMEWORK_CHOICES = tuple(check_modes())  # every adapter's modes: torch, torch-compile, jax, numpy, ...
@@ -71,6 +72,22 @@ def declared_contract(reduction: str | None = None, rows: str | None = None, l_m
         parameters.update(dp_reduce=dp_reduce or "mean", backward_scale=backward_scale or "1")
     contract = get_contract("accumulation" if accumulation else "reduction", parameters)  # ValueError naming one
     return contract.name, dict(contract.bound)
+
+
+def unread_parameters(bound: Mapping[str, Any], rows: str | None, l_max: float | None,
+                      spell: Callable[[str], str] = lambda name: name) -> list[str]:
+    """Notes for declared parameters that the bound mode does not read (L_max outside fixed length, rows in a
+    mode without D): valid, and set aside so that one reduction has one label, but a command naming them may
+    have meant another mode."""
+    mode = bound.get("mode")
+    notes = []
+    if l_max is not None and bound.get("l_max") is None:
+        notes.append(f"{spell('l_max')} is read only by {SEQ_MEAN_TOKEN_SUM_NORM} (fixed-length): {mode} does not "
+                     "divide by L_max, so it is set aside")
+    if rows is not None and mode not in ROW_MODES:
+        notes.append(f"{spell('rows')} says what D counts in the modes that divide by D: {mode} has no D, so it "
+                     "is set aside")
+    return notes
 
 
 def available_adapter(name: str) -> Framework:

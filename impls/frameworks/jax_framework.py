@@ -185,6 +185,13 @@ class JaxFramework(Framework):
                 return {key: outputs[key] for key in contract.output_names}  # a plain dict: any Mapping in
 
             outputs, pullback = self.jax.vjp(differentiable_part, *[arguments[i] for i in positions])
+            # The backward reads what the forward saved (the pullback's leaves) through an optimization barrier, as
+            # it would read them if the two ran as separate programs: in one program XLA rewrites a product with a
+            # converted mask into a select, which drops the NaN a where-guarded 0 / 0 sends there (on CPU, in every
+            # dtype but bfloat16), and that loss gives NaN gradients wherever its backward runs apart from its
+            # forward (tests/corpus/reductions/jax_mask_product_where_guard_nan_gradient.py).
+            saved, structure = self.jax.tree.flatten(pullback)
+            pullback = self.jax.tree.unflatten(structure, self.jax.lax.optimization_barrier(saved))
             return outputs, pullback({key: self.jnp.asarray(cotangents[key]).astype(value.dtype)
                                       for key, value in outputs.items()})
 
