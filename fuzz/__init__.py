@@ -4,13 +4,12 @@ diagnostic, the loss reductions, and their per-chunk form over micro-batches and
 The public API (fuzz/api.py; importing it imports no framework):
     check(fn, framework=..., ...) -> Report    fuzz a function, as `lossnorm-fuzz check` does
     Report, Failure                            .ok, .cells, .failures, .raise_for_failures()
-    cases(...)                                 the Hypothesis strategy of framework-neutral Cases
+    cases(..., reduction=...)                  the Hypothesis strategy of framework-neutral Cases
     as_arrays(case, framework)                 a Case as native torch / jax / numpy inputs
     check_case(fn, case, framework)            what is wrong with fn's answer on one Case
 """
 
-from fuzz.api import Failure, Report, as_arrays, check, check_case
-from fuzz.judge.draws import cases
+from fuzz.api import Failure, Report, as_arrays, cases, check, check_case
 from reference.case import Case
 
 __all__ = ["Case", "Failure", "Report", "as_arrays", "cases", "check", "check_case"]

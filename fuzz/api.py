@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fuzz.engines.registry import RANKS_ENGINES, rank_call
 from fuzz.loader import CallShapeError, check_call_shape, load_target
@@ -42,8 +42,13 @@ from fuzz.run.subjects import (
 )
 from impls.frameworks import check_modes, load_framework
 from reference.case import Case
+from reference.contract import Contract
+from reference.contracts import get_contract
 from reference.dtypes import DTYPE_NAMES
 from reference.tolerance import CONTRACT, PRECISIONS
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 
 @dataclass(frozen=True)
@@ -279,6 +284,39 @@ def _adapter(framework: str) -> Any:
     if framework not in modes and framework not in {name for name, _ in modes.values()}:
         raise ValueError(f"framework must be one of {tuple(modes)}, got {framework!r}")
     return load_framework(modes[framework][0] if framework in modes else framework)
+
+
+def cases(
+    dtypes: Sequence[str] = ("float32",),
+    layouts: Sequence[str] = ("contiguous",),
+    devices: Sequence[str] = ("cpu",),
+    contract: Contract | None = None,
+    masked_values: str = "any",
+    *,
+    reduction: str | None = None,
+    rows: str | None = None,
+    l_max: float | None = None,
+    accumulation: bool = False,
+    dp_reduce: str | None = None,
+    backward_scale: str | None = None,
+) -> SearchStrategy[Case]:
+    """The Hypothesis strategy of the suite's Cases (labelled draws, kept in Case.story) for the contract that
+    `check` would declare from the same keywords (`reduction="seq-mean-token-mean", rows=..., l_max=...`; none:
+    the magnitude diagnostic), or for `contract`, a Contract from `reference.contracts.get_contract`. Raises
+    ValueError naming a declared parameter that is wrong or needs another."""
+    from fuzz.judge.draws import cases as draw_cases
+
+    declared = (reduction, rows, l_max, accumulation or None, dp_reduce, backward_scale)
+    if contract is not None and any(value is not None for value in declared):
+        raise ValueError("contract is a contract already bound: give it, or reduction=... and the other declared "
+                         "parameters, not both")
+    if contract is None:
+        name, parameters = declared_contract(reduction, rows, l_max, accumulation, dp_reduce, backward_scale)
+        contract = get_contract(name, parameters)
+    if masked_values not in MASKED_VALUES:
+        raise ValueError(f"masked_values must be one of {MASKED_VALUES}, got {masked_values!r}")
+    return draw_cases(dtypes=list(_names("dtypes", dtypes, DTYPE_NAMES)), layouts=list(layouts),
+                      devices=list(devices), contract=contract, masked_values=masked_values)
 
 
 def as_arrays(case: Case, framework: str) -> tuple[Any, ...]:

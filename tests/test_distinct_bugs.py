@@ -139,6 +139,8 @@ def test_no_hint_where_the_case_holds_nothing_that_makes_a_usual_mistake_non_fin
     contract = get_contract("reduction")
     assert non_finite_hint(Case([[1.0, 2.0]], [[True, False]], contract=contract)) is None
     assert "-inf" in non_finite_hint(Case([[1.0, -np.inf]], [[True, False]], contract=contract))
+    # NaN padding alone is named for what it does: there is no inf to multiply
+    assert "(0 * NaN is NaN)" in non_finite_hint(Case([[1.0, np.nan]], [[True, False]], contract=contract))
 
 
 def _sums_in_float32(token_losses, token_mask):  # float32 inside float64 code

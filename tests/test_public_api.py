@@ -104,3 +104,26 @@ def test_check_case_says_what_is_wrong():
     assert check_case(normalize, case, "torch") == []
     assert check_case(lambda *inputs: None, case, "torch") == [
         "returned NoneType, expected a dict with keys ('sequence_summed', 'token_averaged', 'magnitude_ratio')"]
+
+
+def per_sequence_loss(token_losses, token_mask):  # a trainer's per-sequence mean, rows="all"
+    acc = torch.promote_types(token_losses.dtype, torch.float32)
+    counts = token_mask.sum(-1)
+    sums = torch.where(token_mask, token_losses, 0).sum(-1, dtype=acc)
+    return (sums / counts.clamp(min=1)).sum() / max(token_losses.shape[0], 1)
+
+
+@settings(max_examples=25, deadline=None, database=None)
+@given(case=cases(dtypes=["bfloat16", "float32"], reduction="per-sequence"))
+def test_our_own_hypothesis_test_of_a_loss_reduction(case):
+    assert case.contract.label == "reduction (seq-mean-token-mean, rows=all)"
+    token_losses, token_mask = as_arrays(case, "torch")
+    assert token_losses.shape == token_mask.shape == case.shape and token_mask.dtype == torch.bool
+    assert check_case(per_sequence_loss, case, "torch") == []
+
+
+def test_the_cases_of_a_reduction_are_declared_as_check_declares_them():
+    with pytest.raises(ValueError, match=r"seq-mean-token-sum-norm \(fixed-length\) mode needs l_max"):
+        cases(reduction="fixed-length")
+    with pytest.raises(ValueError, match="rows is a parameter of the loss reduction: it needs reduction too"):
+        cases(rows="nonempty")

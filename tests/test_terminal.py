@@ -119,7 +119,19 @@ def test_a_progress_line_keeps_the_end_of_a_long_target_where_its_function_is():
     assert "agg_loss.py:fixed_length_default | cpu float32 | forward  20 ex" in line
 
 
-def test_the_summary_counts_bugs_and_their_kinds():
-    """The same kind of failure in two dtypes' cells is two bugs of one kind, not two unrelated bugs."""
+def test_the_summary_counts_distinct_bugs_as_the_html_report_does():
+    """The same kind of failure in two dtypes' cells is one distinct bug, not two unrelated bugs; a cell that
+    failed without a case (a worker died) is counted apart."""
     cells = [_cell("print('fits')\n") for _ in range(2)]
-    assert any("2 of 2 cells fail, 2 bugs of 1 kind" in line for line in summary(cells))
+    assert any("2 of 2 cells fail: 1 distinct bug." in line for line in summary(cells))
+    assert any(line.split()[1:3] == ["FAIL", "2/2"] for line in summary(cells))  # failing/checked
+    died = CellResult("f", "cpu", "float32", "forward", problems=["the worker died"])
+    assert any("3 of 3 cells fail: 1 distinct bug, and 1 cell failed without a case." in line
+               for line in summary([*cells, died]))
+
+
+def test_a_long_name_in_the_summary_keeps_its_file_and_function():
+    cell = CellResult("tests/corpus/reductions/numpy_nan_on_all_masked_batch.py:loss_normalization", "cpu",
+                      "float32", "forward", examples=20)
+    row = next(line for line in summary([cell]) if " ok " in line)
+    assert row.split()[0] == "...n_on_all_masked_batch.py:loss_normalization" and len(row) <= WIDTH

@@ -36,8 +36,9 @@ def non_finite_hint(case: Case) -> str | None:
         hidden = held[~mask]
         special = sorted({repr(float(value)) for value in hidden[~np.isfinite(hidden)]})
         if special:
-            hints.append(f"masked-out {spec.name} hold {', '.join(special)}: multiplied by the mask (0 * inf is "
-                         "NaN) rather than selected with a where?")
+            why = "0 * inf is NaN" if any(value != "nan" for value in special) else "0 * NaN is NaN"
+            hints.append(f"masked-out {spec.name} hold {', '.join(special)}: multiplied by the mask ({why}) rather "
+                         "than selected with a where?")
     if empty := empty_selection(mask):
         whose = "its" if empty == EMPTY_ROW else "a"
         hints.append(f"{empty}: {whose} mean over none of them (0 / 0)?")

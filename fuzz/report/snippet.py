@@ -188,8 +188,8 @@ def snippet_for(source: SnippetSource, case: Case, failures: list[str],
     syntax = adapter_class(source.framework).snippet_syntax(case)
     contract = case.contract
     lines = [
-        "# Counterexample found by `python -m fuzz`. Where it imports the suite's own modules (a built-in's, or",
-        "# a file that imports fuzz), run it with the suite importable: installed, or its checkout on PYTHONPATH.",
+        "# Counterexample found by `python -m fuzz`. Where it imports the suite's own modules (a built-in",
+        "# does), run it with the suite importable: installed, or its checkout on PYTHONPATH.",
         *failure_comments(failures),
         *([f"# contract: {contract.label}"] if contract.bound else []),
         f"# dtype {case.dtype}, device {case.device}, layout {case.layout}, shape {case.shape}",

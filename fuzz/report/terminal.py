@@ -72,13 +72,17 @@ class _Line:
     def text(self, name_width: int) -> str:
         cells = self.applicable
         failing = [cell for cell in cells if not cell.ok]
-        verdict = "ok" if not failing else f"FAIL {len(failing)}"
+        verdict = "ok" if not failing else "FAIL"
+        counted = f"{len(failing)}/{len(cells)}" if failing else f"{len(cells)}"  # failing/checked, or checked
         conforming = [cell for cell in cells if cell.ok]
         worst = f"{max(cell.worst for cell in conforming):.3g}" if conforming else "-"
         ulps = f"{max(cell.worst_ulps for cell in conforming):.3g}" if conforming else "-"
         checked = [cell.deterministic for cell in cells if cell.deterministic is not None]
         deterministic = "-" if not checked else "yes" if all(checked) else "no ~"
-        return (f"  {fit(self.implementation, name_width):<{name_width}}  {verdict:<7} {len(cells):>5}  {worst:>7}  "
+        # a long name keeps its end, where a file target names its file and function (the title has it whole)
+        name = self.implementation if len(self.implementation) <= name_width else (
+            "..." + self.implementation[len(self.implementation) - name_width + 3:])
+        return (f"  {name:<{name_width}}  {verdict:<7} {counted:>5}  {worst:>7}  "
                 f"{ulps:>9}  {deterministic}")
 
 
@@ -97,18 +101,19 @@ def summary(results: Sequence[CellResult]) -> list[str]:
         body += [*wrap(f"{contract}:"), *(line.text(name_width) for key, line in lines.items() if key[0] == contract)]
     cells = [cell for cell in results if cell.applicable]
     failing = sum(not cell.ok for cell in cells)
-    # a bug is a cell's distinct kind of failure: the same kind in several cells (dtypes, layouts) is one kind
-    found = sum(len(c.bugs) or 1 for c in cells if not c.ok)
-    kinds = len({bug.kind for c in cells if not c.ok for bug in c.bugs}) + any(not c.ok and not c.bugs
-                                                                             for c in cells)
+    # a distinct bug, as the HTML report counts them: one kind of failure of one implementation, contract and
+    # check, in every cell (dtype, device) it showed in
+    distinct = len({(c.subject, c.contract, c.check, bug.kind) for c in cells for bug in c.bugs})
+    caseless = sum(bool(c.problems) for c in cells)
     verdict = ("every cell conforms" if not failing else
-               f"{failing} of {len(cells)} cells fail, {found} bug{'s' * (found != 1)} of {kinds} "
-               f"kind{'s' * (kinds != 1)}")
+               f"{failing} of {len(cells)} cells fail: {distinct} distinct bug{'s' * (distinct != 1)}"
+               + (f", and {caseless} cell{'s' * (caseless != 1)} failed without a case" if caseless else ""))
     skipped = len(results) - len(cells)
     notes = [f"{len(cells)} cell{'s' * (len(cells) != 1)} checked: {verdict}."
              + (f" {skipped} more {'are' if skipped != 1 else 'is'} not applicable (a gradient check without "
                 "autograd, or a dtype the implementation lacks): n/a in the matrix." if skipped else ""),
-             "err/tol: worst error over tolerance of the conforming cells (<= 1 conforms); worst ulp: in units in "
+             ("cells: failing/checked where one fails; " if failing else "")
+             + "err/tol: worst error over tolerance of the conforming cells (<= 1 conforms); worst ulp: in units in "
              "the last place of the output dtype; deterministic: two calls on the same inputs gave the same bits "
              "(~: not, which is no failure). The whole matrix: --matrix, --json, --html."]
     return [header, "-" * len(header), *body, *(wrapped for note in notes for wrapped in wrap(note))]
