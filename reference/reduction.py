@@ -225,8 +225,10 @@ def tolerance(expected: Exact, dtype: str, precision: Precision = CONTRACT, extr
     computations each add their own absolute underflow error (reference/accumulation.py's combination of
     chunks)."""
     denominator = _denominator(expected)
-    if denominator == 0:
-        return {LOSS: np.array(0.0)}  # a zero denominator gives exactly 0
+    if denominator == 0 or not expected.counts.any():
+        # a zero denominator gives exactly 0, and so does every mode without a selected token (a sum of nothing,
+        # divided by whatever: no rounding, no underflow)
+        return {LOSS: np.array(0.0)}
     u_acc, u_in = unit_roundoff(accumulation_dtype(dtype)), unit_roundoff(dtype)
     scale, magnitudes, counts = _row_scale(expected), expected.magnitudes, expected.counts
     summation = gamma(counts + 1, u_acc) * magnitudes

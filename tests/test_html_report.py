@@ -451,3 +451,18 @@ def test_the_commands_html_opens_in_chromium_with_the_heatmap(tmp_path, command,
         assert browser.problems() == []
     finally:
         browser.close()
+
+
+def test_the_json_holds_data_and_the_page_draws_the_reductions_figure(tmp_path):
+    """A reduction check's JSON is its data only (no drawing in it); its HTML page draws the figure of
+    per-token gradient weights, as a page made from that JSON does."""
+    result = subprocess.run([sys.executable, "-m", "fuzz", "check",
+                             "tests/corpus/reductions/numpy_nan_on_all_masked_batch.py:loss_normalization",
+                             "--framework", "numpy", "--reduction", "token-mean", "--dtypes", "float32",
+                             "--json", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1, result.stdout + result.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert "figures" not in data and "<svg" not in json.dumps(data)
+    caption = "<figcaption>gradient weight per token against sequence length</figcaption>"
+    assert caption in (tmp_path / "r.html").read_text() and caption in render_html(data)

@@ -193,3 +193,20 @@ def test_ulps_count_at_the_exact_value_or_the_working_magnitude():
     assert ulp_error(np.array([1.0 + 2.0**-24]), np.array([1.0]), "float32")[0] == 0.5
     assert ulp_error(np.array([2.0**-7]), np.array([0.0]), "bfloat16", 1.0)[0] == 1.0
     assert ulp_error(np.array([np.nan]), np.array([0.0]), "float32")[0] == np.inf
+
+
+@pytest.mark.parametrize(("mode", "shape"), [("seq-mean-token-mean", (1, 0)), ("token-sum", (2, 3)),
+                                             ("seq-mean-token-sum", (3, 2))])
+def test_a_reduction_without_a_selected_token_must_be_exactly_zero(mode, shape):
+    """No selected token: every row sum is a sum of nothing, whatever the mode divides by (B = 1 here, not 0),
+    so the loss is exactly 0 in every dtype and precision: not within the output dtype's subnormals."""
+    from reference.case import Case
+    from reference.contracts import get_contract
+    from reference.exact import exact_results
+    from reference.tolerance import PRECISIONS
+
+    contract = get_contract("reduction", {"mode": mode})
+    for dtype in ("float16", "bfloat16", "float32", "float64"):
+        case = Case(contract=contract, dtype=dtype, token_losses=np.ones(shape), token_mask=np.zeros(shape, bool))
+        for precision in PRECISIONS.values():
+            assert float(contract.tolerance(exact_results(case), dtype, precision)["loss"]) == 0.0, (dtype, precision)

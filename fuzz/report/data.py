@@ -1,5 +1,5 @@
 """What a report says, gathered once for the JSON and the HTML report: the run's facts, the versions and the
-machine, the verdict, every cell, and the figures that explain the contracts it checked."""
+machine, the verdict and every cell (the HTML page adds the figures that explain the contracts it checked)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,8 @@ from fuzz.report.results import CellResult
 def report_data(results: Sequence[CellResult], meta: dict[str, Any]) -> dict[str, Any]:
     """Everything a report says: the run's facts (`meta`, the versions and the machine), the verdict and every
     cell: what the JSON and the HTML report both carry."""
-    data = {**meta, **environment(), "ok": all(cell.ok for cell in results),
+    return {**meta, **environment(), "ok": all(cell.ok for cell in results),
             "cells": [cell.as_json() for cell in results]}
-    if any(cell.contract.startswith(("reduction", "accumulation")) for cell in results):
-        from fuzz.report.weights import gradient_weights_svg  # the reductions' point in one figure
-
-        data["figures"] = {"gradient weight per token against sequence length": gradient_weights_svg()}
-    return data
 
 
 def environment() -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """One self-contained HTML page for a report: a fuzz run (`python -m fuzz` or `check`: the dict `write_json`
-writes, with "cells") or benchmark records (`{"kind": "bench", "records": [...]}`), either with optional
-"figures" ({name: svg}).
+writes, with "cells") or benchmark records (`{"kind": "bench", "records": [...]}`). A fuzz run's page draws the
+figures that explain the contracts it checked (data with "figures", {name: svg}, shows those instead).
 
 The page fetches nothing: CSS, script and plots are inline, figures are data: URIs, and a Content-Security-Policy
 forbids any other source (so even a string that escaped escaping could load nothing). The static parts (verdict,
@@ -24,7 +24,17 @@ from html import escape
 from typing import Any
 
 from fuzz.report.files import write_atomically
-from fuzz.report.weights import PALETTE, Box, Mark, Panel, Series, legend_svg, panel_svg, svg_document
+from fuzz.report.weights import (
+    PALETTE,
+    Box,
+    Mark,
+    Panel,
+    Series,
+    gradient_weights_svg,
+    legend_svg,
+    panel_svg,
+    svg_document,
+)
 
 FUZZ, BENCH = "fuzz", "bench"
 DTYPE_ORDER = ("float16", "bfloat16", "float32", "float64")
@@ -54,7 +64,8 @@ def render_html(data: dict[str, Any]) -> str:
     """The whole page for `data`, as one string."""
     kind = report_kind(data)
     title, body = (_fuzz_title(data), _fuzz_body(data)) if kind == FUZZ else ("Benchmark report", _bench_body(data))
-    return _page(title, [*body, *_figures(data.get("figures") or {})], data)
+    figures = data.get("figures") or (contract_figures(data["cells"]) if kind == FUZZ else {})
+    return _page(title, [*body, *_figures(figures)], data)
 
 
 def write_html(path: str, data: dict[str, Any]) -> None:
@@ -551,6 +562,14 @@ def _bench_body(data: dict[str, Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------- figures
+
+def contract_figures(cells: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """The figures that explain the contracts the cells checked, drawn for the page (the JSON keeps data only):
+    for the loss reductions, the per-token gradient weight against sequence length under each mode."""
+    if not any(str(cell.get("contract", "")).startswith(("reduction", "accumulation")) for cell in cells):
+        return {}
+    return {"gradient weight per token against sequence length": gradient_weights_svg()}
+
 
 def _figures(figures: dict[str, str]) -> list[str]:
     """Each figure as an <img> of a data: URI: shown as drawn, but inert (an SVG image runs no script)."""
