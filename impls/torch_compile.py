@@ -82,11 +82,16 @@ def _variant(tensors: tuple[Any, ...]) -> tuple[Hashable, ...]:
 def compile_per_variant(fn: Callable[..., Any], dimensions: tuple[tuple[str, ...], ...]) -> Callable[..., Any]:
     """`compile_with_unbacked_sizes(fn, dimensions)`, compiled separately for each (dtype, device, autograd)
     variant of its tensor arguments, so that no code object sees more recompiles than its layouts cause (see the
-    module docstring). The lookup is a dict access per call."""
+    module docstring); empty arguments run fn as it is. The lookup is a dict access per call."""
     compiled: dict[Hashable, tuple[Callable[..., Any], Callable[..., Any]]] = {}  # key -> (copy of fn, compiled)
 
     @functools.wraps(fn)
     def call(*arguments: Any) -> Any:
+        if any(isinstance(argument, torch.Tensor) and argument.numel() == 0 for argument in arguments):
+            # an empty batch, or rows of no tokens: nothing to fuse, so fn runs as it is (the same values and
+            # graph), and no 0-element kernel is launched (inductor's CUDA launcher, torch 2.11, divides by zero
+            # sizing the grid of one in the backward)
+            return fn(*arguments)
         key = _variant(arguments)
         if key not in compiled:
             suffix = "_".join(str(part).removeprefix("torch.") for part in key[:2]) + ("_grad" if key[2] else "")

@@ -51,7 +51,7 @@ def _case(impl, device: str, dtype: str, data):
 def _assert_conforms(verdict) -> None:
     for label, ratio in verdict.error_ratios.items():
         target(min(ratio, 1e6), label=label)  # climb toward the worst err/tol
-    assert verdict.ok, "\n".join(verdict.failures) + (verdict.traceback or "")
+    assert verdict.ok, "\n".join(map(str, verdict.failures)) + (verdict.traceback or "")
 
 
 @pytest.mark.parametrize(("name", "device", "dtype"), PARAMS)

@@ -69,3 +69,20 @@ def test_hitting_the_recompile_limit_is_an_error_not_eager():
         compiled(torch.zeros(2))
         with pytest.raises(Exception, match="recompile"):
             compiled(torch.zeros(3))
+
+
+@pytest.mark.parametrize(("name", "device"), COMPILE_PARAMS)
+@pytest.mark.parametrize("shape", [(0, 0), (0, 5), (3, 0)])
+def test_an_empty_batch_runs_the_traced_function_as_it_is_with_a_gradient(name, device, shape):
+    """Nothing to fuse: no graph is compiled, and no 0-element kernel launched (inductor's CUDA launcher in
+    torch 2.11 divided by zero sizing one in the backward); the outputs and their gradients are exactly 0."""
+    from impls.torch_compile import sequence_vs_token_normalization
+
+    lp = torch.zeros(shape, device=device, requires_grad=True)
+    adv = torch.ones(shape[0], device=device, requires_grad=True)
+    before = _graphs()
+    out = sequence_vs_token_normalization(lp, adv, torch.zeros(shape, dtype=torch.bool, device=device))
+    assert _graphs() == before
+    (out["sequence_summed"].sum() + out["token_averaged"].sum() + out["magnitude_ratio"]).backward()
+    assert float(out["magnitude_ratio"]) == 0.0 and lp.grad.shape == shape and not lp.grad.any()
+    assert adv.grad is not None and not adv.grad.any()
