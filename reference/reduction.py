@@ -482,7 +482,9 @@ def _candidates(expected: Exact, got: float) -> list[tuple[str, float]]:
                           expected.total / clamped))
     if mode == SEQ_MEAN_TOKEN_MEAN and divisor:
         found.append(("the per-sequence mean divided by D twice?", expected.row_means / divisor / divisor))
-    for candidate in MODES:
+    # the declared mode with the other rows convention first: a slip of the declared mode, likelier than another
+    # mode where a small case makes the two coincide
+    for candidate in sorted(MODES, key=lambda other: other != mode):
         for convention in (ROWS if candidate in ROW_MODES else ("all",)):
             if (candidate, convention) == (mode, rows if mode in ROW_MODES else "all"):
                 continue

@@ -90,3 +90,16 @@ def test_a_fixed_length_loss_with_another_whole_constant_is_named_with_it():
         "another constant in the code?")
     assert explain(case, {"loss": np.array(33 / (2 * 1023))}) is None
     assert explain(case, {"loss": np.array(1e-9)}) is None
+
+
+def test_the_declared_modes_other_rows_convention_is_named_before_other_modes():
+    """One selected token in one of two rows: rows="nonempty" where "all" is declared gives 3, as token-mean
+    does; the slip of the declared mode comes first."""
+    from reference.reduction import explain
+
+    contract = get_contract("reduction", {"mode": "seq-mean-token-mean", "rows": "all"})
+    case = Case(contract=contract, dtype="float32", token_losses=np.array([[3.0], [5.0]]),
+                token_mask=np.array([[True], [False]]))
+    assert explain(case, {"loss": np.array(3.0)}).startswith(
+        "it equals 3, the exact seq-mean-token-mean with D counting only the rows with a selected token: "
+        "rows=nonempty, where rows=all is declared?; or the exact token-mean")
