@@ -177,8 +177,7 @@ def check(
         raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if masked_values not in MASKED_VALUES:
-        raise ValueError(f"masked_values must be one of {MASKED_VALUES}, got {masked_values!r}")
+    _check_masked_values(masked_values)
     if ranks and (not accumulation or framework not in RANKS_ENGINES):
         raise ValueError("ranks=True runs a per-chunk loss on data-parallel ranks (torch.distributed under DDP, or "
                          "jax.shard_map): it needs accumulation=True and framework='torch' or 'jax'")
@@ -264,6 +263,11 @@ def _positive(argument: str, value: object) -> None:
         raise ValueError(f"{argument} must be a positive int, got {value!r}")
 
 
+def _check_masked_values(masked_values: str) -> None:
+    if masked_values not in MASKED_VALUES:
+        raise ValueError(f"masked_values must be one of {MASKED_VALUES}, got {masked_values!r}")
+
+
 def _spec_of(fn: Callable[..., Any], argument: str) -> str:
     """"module:name" for a function another process (a worker, a rank) can import; ValueError naming `argument`
     (what asked for other processes) for one it cannot."""
@@ -313,8 +317,7 @@ def cases(
     if contract is None:
         name, parameters = declared_contract(reduction, rows, l_max, accumulation, dp_reduce, backward_scale)
         contract = get_contract(name, parameters)
-    if masked_values not in MASKED_VALUES:
-        raise ValueError(f"masked_values must be one of {MASKED_VALUES}, got {masked_values!r}")
+    _check_masked_values(masked_values)
     return draw_cases(dtypes=list(_names("dtypes", dtypes, DTYPE_NAMES)), layouts=list(layouts),
                       devices=list(devices), contract=contract, masked_values=masked_values)
 

@@ -30,6 +30,11 @@ def fit(text: str, width: int = WIDTH) -> str:
     return text[: keep // 2] + "..." + text[len(text) - (keep - keep // 2):]
 
 
+def keep_end(text: str, width: int) -> str:
+    """`text` cut to `width` columns from its start: a file target's end names its file and function."""
+    return text if len(text) <= width else "..." + text[len(text) - width + 3:]
+
+
 def wrap(text: str, indent: str = "", more: str = "    ") -> list[str]:
     """Every line of `text` wrapped to WIDTH columns (a long word, such as a path, is broken too)."""
     lines: list[str] = []
@@ -53,7 +58,7 @@ def progress_line(row: str, cell: CellResult, device: str, dtype: str) -> str:
     subject_room = room - 3 - len(rest)
     subject = cell.subject
     if len(subject) > subject_room >= SUBJECT_TAIL:  # its end names the function: "...loss.py:agg_loss"
-        subject = "..." + subject[len(subject) - subject_room + 3:]
+        subject = keep_end(subject, subject_room)
     return f"  {status} {fit(f'{subject} | {rest}', room)}{tail}"
 
 
@@ -79,10 +84,8 @@ class _Line:
         ulps = f"{max(cell.worst_ulps for cell in conforming):.3g}" if conforming else "-"
         checked = [cell.deterministic for cell in cells if cell.deterministic is not None]
         deterministic = "-" if not checked else "yes" if all(checked) else "no ~"
-        # a long name keeps its end, where a file target names its file and function (the title has it whole)
-        name = self.implementation if len(self.implementation) <= name_width else (
-            "..." + self.implementation[len(self.implementation) - name_width + 3:])
-        return (f"  {name:<{name_width}}  {verdict:<7} {counted:>5}  {worst:>7}  "
+        # a long name keeps its end (the title has it whole)
+        return (f"  {keep_end(self.implementation, name_width):<{name_width}}  {verdict:<7} {counted:>5}  {worst:>7}  "
                 f"{ulps:>9}  {deterministic}")
 
 
