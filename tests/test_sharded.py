@@ -208,3 +208,36 @@ def test_the_judge_wants_replicas_to_agree_and_sums_replicated_advantage_gradien
     assert verdict.ok
     assert gathered["d token_log_probs"].tolist() == [[1.0, 2.0, 2.0], [1.0, 2.0, 2.0]]
     assert gathered["d advantages"].tolist() == [3.0, 6.0]  # the replicas' shares add up
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+def test_the_jax_mesh_gets_its_inputs_from_the_host_without_compiling_a_slice(dtype):
+    """The JAX mesh worker puts a case's inputs on its shards from NumPy: an array put on one device first is
+    then sliced for the shards by a program XLA compiles for each new shape (a few seconds per campaign)."""
+    pytest.importorskip("jax")
+    import jax
+    import jax.monitoring
+    from jax.sharding import Mesh
+
+    from fuzz.engines.jax_worker import sharded_inputs
+    from impls.frameworks import load_framework
+
+    adapter = load_framework("jax")
+    if len(jax.devices("cpu")) < 2:
+        pytest.skip("one CPU device: JAX started before prepare_process")
+    from reference.case import Case
+
+    rng = np.random.default_rng(5)  # small integers: exact in every dtype; a shape no other test puts on a mesh
+    case = Case(rng.integers(-8, 8, (6, 13)).astype(np.float64), rng.integers(-3, 4, 6).astype(np.float64),
+                rng.random((6, 13)) < 0.5, dtype=dtype)
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, duration, **_: compiles.append(event) if event.endswith("backend_compile_duration") else None)
+    mesh = Mesh(np.array(jax.devices("cpu")[:2]).reshape(2, 1), ("data", "sequence"))
+    with adapter.scope(case):
+        inputs = sharded_inputs(adapter, case, mesh)
+        values = [adapter.to_float64(value) for value in inputs]
+    assert compiles == []
+    for value, spec in zip(values, case.contract.inputs):
+        assert np.array_equal(value, case.values[spec.name].astype(np.float64))
+    assert {shard.device for shard in inputs[0].addressable_shards} == set(jax.devices("cpu")[:2])

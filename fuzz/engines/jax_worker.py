@@ -86,9 +86,6 @@ class _Runner:
         return self.compiled[key]
 
     def run(self, job: dict[str, Any]) -> dict[str, Any]:
-        from jax.sharding import NamedSharding
-        from jax.sharding import PartitionSpec as P
-
         from fuzz.engines.replies import rank_reply
         from fuzz.engines.torch_ranks import LOAD_FAILED
         from fuzz.judge.verdict import Failure, call_safely
@@ -106,11 +103,22 @@ class _Runner:
                     "traceback": traceback.format_exc()}
         with adapter.scope(case):  # float64 cases under x64, the others under JAX's defaults
             mesh = self.mesh(job["mesh"])
-            inputs = tuple(self.jax.device_put(value, NamedSharding(mesh, P(*spec.mesh)))
-                           for value, spec in zip(adapter.materialize(case), case.contract.inputs))
+            inputs = sharded_inputs(adapter, case, mesh)
             result, verdict = (call_safely(forward, *inputs) if cotangents is None
                                else call_safely(backward, inputs, cotangents))
             return rank_reply(adapter, case, verdict, result, cotangents is not None)
+
+
+def sharded_inputs(adapter: Any, case: Any, mesh: Any) -> tuple[Any, ...]:
+    """The case's inputs on the mesh, each split as its contract input's `mesh` spec says, put on the shards
+    straight from the host: an array already on one device would be sliced for its shards by a program XLA
+    compiles for each new shape."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    return tuple(jax.device_put(value, NamedSharding(mesh, P(*spec.mesh)))
+                 for value, spec in zip(adapter.host_values(case), case.contract.inputs))
 
 
 def _worker_main(connection: Any) -> None:

@@ -107,15 +107,20 @@ class JaxFramework(Framework):
         with self.jax.enable_x64(True):
             yield
 
-    def materialize(self, case: Case, *, requires_grad: bool = False) -> Inputs:
+    def host_values(self, case: Case) -> tuple[np.ndarray, ...]:
+        """The inputs as NumPy arrays of the case's dtype (bool for a mask), in the contract's order: what
+        `materialize` puts on the case's device, and what a mesh engine puts on its devices' shards straight from
+        the host (a device array put on a sharding is sliced by a program compiled for each shape)."""
         if case.layout != "contiguous":
             raise ValueError(f"JAX arrays have no strides: layout {case.layout!r} does not exist")
-        device = self._device(case.device)
         dtype = numpy_dtype(case.dtype)
+        return tuple(case.values[spec.name] if spec.kind == "bool" else case.values[spec.name].astype(dtype)
+                     for spec in case.contract.inputs)
+
+    def materialize(self, case: Case, *, requires_grad: bool = False) -> Inputs:
+        values, device = self.host_values(case), self._device(case.device)
         with self.scope(case):  # a float64 array exists only under x64
-            return tuple(self.jax.device_put(case.values[spec.name] if spec.kind == "bool"
-                                             else case.values[spec.name].astype(dtype), device)
-                         for spec in case.contract.inputs)
+            return tuple(self.jax.device_put(value, device) for value in values)
 
     def zeros(self, shape: tuple[int, ...], dtype: str) -> Any:
         return self.jnp.zeros(shape, dtype=bool if dtype == "bool" else numpy_dtype(dtype))
