@@ -35,9 +35,9 @@ def _describe(value: object) -> ArrayInfo | None:
 # Rows per loop step: about this many bytes of temporaries in the accumulation dtype. XLA's CPU runtime splits a
 # loop fusion whose output reaches 256 KB over its thread pool. Blocks just past that step are the slowest (the
 # hand-off costs more than the block's work); from 1 MB on, a block is worth handing off, and out of cache two
-# threads read more than one. Which side of the step is faster depends on the machine (docs/measurements.md has
-# both tables): on 2-core VMs with a 32 MB L3, 1 MB blocks run 1.3 to 1.9 times faster than 128 KB ones; on one
-# whose L3 (480 MB) holds the whole input, 128 KB ones were 1.5 times faster.
+# threads read more than one. Which side of the step is faster depends on the machine: where the inputs exceed
+# the last-level cache, 1 MB blocks beat 128 KB ones; where a large cache held the whole input, 128 KB ones won
+# (docs/measurements.md has both machines' tables).
 BLOCK_BYTES = 1 << 20
 # Below this many tokens a float32 count of a row is exact.
 EXACT_FLOAT32_COUNT = 1 << 24
