@@ -221,22 +221,28 @@ def test_the_jax_mesh_gets_its_inputs_from_the_host_without_compiling_a_slice(dt
 
     from fuzz.engines.jax_worker import sharded_inputs
     from impls.frameworks import load_framework
+    from reference.case import Case
 
     adapter = load_framework("jax")
     if len(jax.devices("cpu")) < 2:
         pytest.skip("one CPU device: JAX started before prepare_process")
-    from reference.case import Case
-
     rng = np.random.default_rng(5)  # small integers: exact in every dtype; a shape no other test puts on a mesh
     case = Case(rng.integers(-8, 8, (6, 13)).astype(np.float64), rng.integers(-3, 4, 6).astype(np.float64),
                 rng.random((6, 13)) < 0.5, dtype=dtype)
-    compiles = []
-    jax.monitoring.register_event_duration_secs_listener(
-        lambda event, duration, **_: compiles.append(event) if event.endswith("backend_compile_duration") else None)
     mesh = Mesh(np.array(jax.devices("cpu")[:2]).reshape(2, 1), ("data", "sequence"))
-    with adapter.scope(case):
-        inputs = sharded_inputs(adapter, case, mesh)
-        values = [adapter.to_float64(value) for value in inputs]
+    compiles = []
+
+    def count_compiles(event: str, duration: float, **_: object) -> None:
+        if event.endswith("backend_compile_duration"):
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(count_compiles)
+    try:  # the listener lives in JAX for the whole process: only this test's puts are counted
+        with adapter.scope(case):
+            inputs = sharded_inputs(adapter, case, mesh)
+            values = [adapter.to_float64(value) for value in inputs]
+    finally:
+        jax.monitoring.unregister_event_duration_listener(count_compiles)
     assert compiles == []
     for value, spec in zip(values, case.contract.inputs):
         assert np.array_equal(value, case.values[spec.name].astype(np.float64))

@@ -31,7 +31,7 @@ def fit(text: str, width: int = WIDTH) -> str:
 
 
 def keep_end(text: str, width: int) -> str:
-    """`text` cut to `width` columns from its start: a file target's end names its file and function."""
+    """`text` in at most `width` columns, cut at its start: a file target's end names its file and function."""
     return text if len(text) <= width else "..." + text[len(text) - width + 3:]
 
 
