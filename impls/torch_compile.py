@@ -1,12 +1,17 @@
 """The PyTorch implementation under `torch.compile(fullgraph=True, dynamic=True)`.
 
-Validation runs eagerly (it reads metadata only); the computation is one compiled graph, written for what
-inductor's CPU code does fast: the mask comes in as its bytes (a free reinterpreting view), is converted
-to 0.0/1.0 once, and `where(selected != 0, ...)` and the count reduce it in one fused pass. Inductor
-loads a bool mask several times slower, and an integer count costs a second pass. Sizes are marked
-unbacked for the call (the marks are removed afterwards), so batch or tokens of 0 or 1 reuse the general
-graph instead of each compiling its own; only dtype, device, stride pattern (contiguous, transposed,
-strided, expanded) and rows of 2^24 tokens or more (counted in float64) compile anew.
+Validation runs eagerly (it reads metadata only). What is compiled is the one pass over the tokens, each row's
+sum of selected log-probs and its count (`row_pass`), written for what inductor's CPU code does fast: the mask
+comes in as its bytes (a free reinterpreting view), is converted to 0.0/1.0 once, and `where(selected != 0, ...)`
+and the count reduce it in one fused pass. Inductor loads a bool mask several times slower, and an integer
+count costs a second pass. The few operations on the rows' sums after it are impls/torch_eager.py's
+(`weights_and_ratio`), eagerly: they read B values, not B x T. The loss reduction
+(impls/torch_compile_reduction.py) runs the same compiled pass, so a process that runs both compiles it once,
+and inductor's on-disk cache serves the other contract's identical graph.
+
+Sizes are marked unbacked for the call (the marks are removed afterwards), so batch or tokens of 0 or 1 reuse
+the general graph instead of each compiling its own; only dtype, device, stride pattern (contiguous,
+transposed, strided, expanded) and rows of 2^24 tokens or more (counted in float64) compile anew.
 
 Dynamo counts recompiles per code object and, with `fullgraph=True`, raising past its limit (8 by default)
 is an error: four dtypes times four stride patterns, forward and backward, are more variants than that. So
@@ -27,8 +32,6 @@ import torch._dynamo
 
 from impls.torch_eager import EXACT_FLOAT32_COUNT, validate, weights_and_ratio
 
-# The dimensions of normalize's tensor arguments (log-probs, advantages, mask bytes).
-DIMENSIONS = (("batch", "tokens"), ("batch",), ("batch", "tokens"))
 # Inductor reads an unbacked size's hint to plan its kernels; without one it sees memory traffic of size 0,
 # and so never fuses the sum and the count into one pass over the inputs (twice as slow). Only the plan
 # depends on it: the kernels are correct for every size. Typical RL shapes.
@@ -103,19 +106,18 @@ def compile_per_variant(fn: Callable[..., Any], dimensions: tuple[tuple[str, ...
     return call
 
 
-def normalize(
-    token_log_probs: torch.Tensor, advantages: torch.Tensor, mask_bytes: torch.Tensor, count_dtype: torch.dtype
-) -> dict[str, torch.Tensor]:
-    """The computation torch.compile traces. `mask_bytes` is the bool mask viewed as uint8 (0 or 1);
-    `count_dtype` counts selected tokens exactly (float32 below 2^24 tokens, else float64)."""
-    accumulate = torch.promote_types(token_log_probs.dtype, torch.float32)
+def row_pass(token_values: torch.Tensor, mask_bytes: torch.Tensor,
+             count_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """What torch.compile traces: each row's sum of selected values (float32 for half inputs) and its count of
+    selected tokens. `mask_bytes` is the bool mask viewed as uint8 (0 or 1); `count_dtype` counts exactly
+    (float32 below 2^24 tokens, else float64)."""
+    accumulate = torch.promote_types(token_values.dtype, torch.float32)
     selected = mask_bytes.to(accumulate)
-    selected_sums = torch.where(selected != 0, token_log_probs.to(accumulate), 0).sum(dim=-1)
-    counts = selected.to(count_dtype).sum(dim=-1)
-    return weights_and_ratio(token_log_probs.dtype, advantages, selected_sums, counts)
+    sums = torch.where(selected != 0, token_values.to(accumulate), 0).sum(dim=-1)
+    return sums, selected.to(count_dtype).sum(dim=-1)
 
 
-compiled_normalize = compile_per_variant(normalize, DIMENSIONS)
+compiled_row_pass = compile_per_variant(row_pass, (("batch", "tokens"), ("batch", "tokens")))
 
 
 def count_dtype_for(token_log_probs: torch.Tensor) -> torch.dtype:
@@ -129,4 +131,5 @@ def sequence_vs_token_normalization(
 ) -> dict[str, torch.Tensor]:
     validate(token_log_probs, advantages, token_mask)
     mask_bytes = token_mask.view(torch.uint8)  # same strides, no copy
-    return compiled_normalize(token_log_probs, advantages, mask_bytes, count_dtype_for(token_log_probs))
+    selected_sums, counts = compiled_row_pass(token_log_probs, mask_bytes, count_dtype_for(token_log_probs))
+    return weights_and_ratio(token_log_probs.dtype, advantages, selected_sums, counts)

@@ -48,10 +48,10 @@ def test_it_is_really_compiled_and_cannot_fall_back_to_eager():
     assert _graphs() >= before  # a graph exists for float16 (compiled now or earlier in this session)
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
-    from impls.torch_compile import compiled_normalize
+    from impls.torch_compile import compiled_row_pass
 
     # The float16 variant's own copy of the function holds at least its compiled entry.
-    copies = [copy for (dtype, *_), (copy, _) in compiled_normalize.variants.items() if dtype == torch.float16]
+    copies = [copy for (dtype, *_), (copy, _) in compiled_row_pass.variants.items() if dtype == torch.float16]
     assert copies and all(len(_debug_get_cache_entry_list(copy.__code__)) >= 1 for copy in copies)
 
 
