@@ -155,6 +155,7 @@ def pytest_command(args: argparse.Namespace, out: Path, storage: Path) -> list[s
         f"--confcutdir={PACKAGE}", *PYTEST_SETTINGS, "--benchmark-enable", f"--benchmark-storage=file://{storage}",
         f"--benchmark-json={out / 'pytest-benchmark.json'}", f"--benchmark-min-rounds={rounds}",
         f"--benchmark-max-time={max_time}", "--benchmark-quiet", f"--bench-warmup={warmup}",
+        f"--bench-paired-rounds={rounds}", f"--bench-paired-time={max_time}",
         f"--bench-skipped={out / 'skipped.json'}",
     ]
     if not args.no_save:

@@ -23,6 +23,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--bench-reduction", default=None, metavar="MODE",
                     help="the mode the reduction contract's rows run; default: its default, token-mean")
     group.addoption("--bench-warmup", type=int, default=3, help="untimed calls before timing (at least)")
+    group.addoption("--bench-paired-rounds", type=int, default=15,
+                    help="rounds of the floor kernels' and an implementation's calls in alternation (at least)")
+    group.addoption("--bench-paired-time", type=float, default=0.5,
+                    help="seconds of those rounds per implementation row (at least; after the minimum rounds)")
     group.addoption("--bench-skipped", type=Path, default=None,
                     help="write what the selection skips, and why, to this JSON file ({what: reason})")
 
@@ -55,3 +59,10 @@ def reduction_mode(request: pytest.FixtureRequest) -> str | None:
 @pytest.fixture(scope="session")
 def warmup_calls(request: pytest.FixtureRequest) -> int:
     return max(1, int(request.config.getoption("--bench-warmup")))
+
+
+@pytest.fixture(scope="session")
+def pairing(request: pytest.FixtureRequest) -> tuple[int, float]:
+    """(min rounds, max seconds) of the alternating floor-and-implementation timing (bench/paired.py)."""
+    return (max(1, int(request.config.getoption("--bench-paired-rounds"))),
+            float(request.config.getoption("--bench-paired-time")))

@@ -1,5 +1,6 @@
 """One record per benchmarked row, read from pytest-benchmark's JSON; the floor of its contract's bytes joined onto
-each row."""
+each row. An implementation row's fraction of the floor is the one timed side by side with the floor kernels
+(bench/paired.py); a row saved before that was timed (no paired times) falls back to its GB/s over the floor row's."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ class Record:
     gbps: float
     floor_gbps: float | None
     fraction_of_floor: float | None
+    # the side-by-side timing of an implementation row (bench/paired.py): the fastest floor kernel's median and
+    # the row's own, over the same alternating rounds; None for floor rows and rows saved before it was timed
+    paired_floor_s: float | None = None
+    paired_median_s: float | None = None
 
     @property
     def size(self) -> str:
@@ -88,6 +93,11 @@ def records_from_report(report: dict[str, Any]) -> list[Record]:
             name = row["implementation"]
         floor = floors.get(_group(row))
         floor_gbps = floor["gbps"] if floor else None
+        paired_floor, paired_median = row.get("paired_floor_s"), row.get("paired_median_s")
+        if paired_floor and paired_median:
+            fraction: float | None = paired_floor / paired_median
+        else:
+            fraction = row["gbps"] / floor_gbps if floor_gbps else None
         records.append(
             Record(
                 implementation=name,
@@ -101,7 +111,9 @@ def records_from_report(report: dict[str, Any]) -> list[Record]:
                 bytes=row["bytes"],
                 gbps=row["gbps"],
                 floor_gbps=floor_gbps,
-                fraction_of_floor=row["gbps"] / floor_gbps if floor_gbps else None,
+                fraction_of_floor=fraction,
+                paired_floor_s=paired_floor,
+                paired_median_s=paired_median,
             )
         )
     return records

@@ -4,7 +4,8 @@ bytes as that contract moves, per device x dtype x size.
 Honest timing: warm-up calls (where torch.compile compiles and jax.jit traces) run until a call compiles
 nothing, and are not timed; the result of a warm-up call is checked against the exact reference under
 the fuzzer's tolerance before anything is timed; the timed call waits for the device
-(`adapter.synchronize`); and the number of compiled graphs must not move while timing.
+(`adapter.synchronize`); and the number of compiled graphs must not move while timing. An implementation's
+fraction of the floor is timed side by side: its calls alternate with the floor kernels' (bench/paired.py).
 
 Run explicitly (pyproject's addopts disable pytest-benchmark, and testpaths leave bench/ out):
     PYTHONPATH=. python -m pytest bench/test_throughput.py --benchmark-enable
@@ -17,7 +18,8 @@ import pytest
 from bench.contracts import bench_contract
 from bench.floor import elements_for, kernel_named
 from bench.inputs import make_case, worst_error
-from bench.plan import Target
+from bench.paired import alternate, floor_calls
+from bench.plan import Target, framework_devices
 from impls import get_implementation
 from reference.dtypes import numpy_dtype
 
@@ -25,17 +27,18 @@ MAX_WARMUP_CALLS = 10
 
 
 def test_throughput(benchmark, target_id: str, warmup_calls: int,  # type: ignore[no-untyped-def]
-                    reduction_mode: str | None) -> None:
+                    reduction_mode: str | None, pairing: tuple[int, float]) -> None:
     target = Target.from_id(target_id)
     benchmark.group = target.group
     contract = bench_contract(target.contract, reduction_mode)  # its declared parameters bound (a mode)
     if target.floor:
         run_floor(benchmark, target, contract)
     else:
-        run_implementation(benchmark, target, warmup_calls, contract)
+        run_implementation(benchmark, target, warmup_calls, contract, pairing)
 
 
-def run_implementation(benchmark, target: Target, warmup_calls: int, contract) -> None:  # type: ignore[no-untyped-def]
+def run_implementation(benchmark, target: Target, warmup_calls: int, contract,  # type: ignore[no-untyped-def]
+                       pairing: tuple[int, float]) -> None:
     impl = get_implementation(target.subject, target.contract)
     if contract.bound:
         impl = impl.bind(**contract.bound)
@@ -43,10 +46,11 @@ def run_implementation(benchmark, target: Target, warmup_calls: int, contract) -
     # The framework settings the case needs (JAX's x64 for float64; dynamo's recompile policy while
     # compiling), entered once for the whole row: nothing per call is added to the timed region.
     with impl.adapter.scope(case, compiled=impl.compiled):
-        _time_implementation(benchmark, target, warmup_calls, impl, case)
+        _time_implementation(benchmark, target, warmup_calls, impl, case, pairing)
 
 
-def _time_implementation(benchmark, target: Target, warmup_calls: int, impl, case) -> None:  # type: ignore[no-untyped-def]
+def _time_implementation(benchmark, target: Target, warmup_calls: int, impl, case,  # type: ignore[no-untyped-def]
+                         pairing: tuple[int, float]) -> None:
     adapter = impl.adapter
     size = target.size
     inputs = adapter.materialize(case)
@@ -70,6 +74,11 @@ def _time_implementation(benchmark, target: Target, warmup_calls: int, impl, cas
 
     graphs = compiled()
     benchmark(call)
+    floors = floor_calls(target.device, _floor_elements(impl.contract, target), framework_devices)
+    for floor in floors.values():
+        for _ in range(2):  # warm-up, as the floor rows do: jit compilation, first touch of the output
+            floor()
+    paired = alternate(call, floors, *pairing)
     assert compiled() == graphs, f"{target.id} compiled {compiled() - graphs} graph(s) while being timed"
     benchmark.extra_info.update(
         kind="implementation",
@@ -84,15 +93,24 @@ def _time_implementation(benchmark, target: Target, warmup_calls: int, impl, cas
         bytes=impl.contract.bytes_moved(case.sizes, numpy_dtype(target.dtype).itemsize),
         warmup_calls=warm,
         worst_error_over_tolerance=max(errors.values()),
+        paired_floor_s=paired.floor_s,
+        paired_floor_kernel=paired.floor_kernel,
+        paired_median_s=paired.median_s,
+        paired_rounds=paired.rounds,
     )
+
+
+def _floor_elements(contract, target: Target) -> int:  # type: ignore[no-untyped-def]
+    """The float32 values a floor kernel reads for a row: as many bytes as the contract moves."""
+    sizes = {"batch": target.size.batch, "tokens": target.size.tokens}
+    return elements_for(contract.bytes_moved(sizes, numpy_dtype(target.dtype).itemsize))
 
 
 def run_floor(benchmark, target: Target, contract) -> None:  # type: ignore[no-untyped-def]
     kernel = kernel_named(target.subject)
     size = target.size
     # the floor reads as many bytes as an implementation of its row's contract moves: "% of floor" is per contract
-    sizes = {"batch": size.batch, "tokens": size.tokens}
-    elements = elements_for(contract.bytes_moved(sizes, numpy_dtype(target.dtype).itemsize))
+    elements = _floor_elements(contract, target)
     call = kernel.prepare(target.device, elements)
     total = 0.0
     for _ in range(2):  # warm-up: jit compilation, first touch of the output
