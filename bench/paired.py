@@ -10,10 +10,10 @@ carries that drift in either direction; a ratio of medians timed in alternation,
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench.floor import KERNELS, Timed
+from bench.floor import Timed
 
 
 @dataclass(frozen=True)
@@ -26,14 +26,6 @@ class Paired:
     @property
     def fraction(self) -> float:
         return self.floor_s / self.median_s
-
-
-def floor_calls(device: str, elements: int,
-                devices_of: Callable[[str], Sequence[str]]) -> dict[str, Timed]:
-    """Every floor kernel that runs on `device` (`devices_of(framework)`), prepared to read `elements` float32
-    values: the kernels the group's floor rows time."""
-    return {kernel.name: kernel.prepare(device, elements) for kernel in KERNELS
-            if device in devices_of(kernel.framework)}
 
 
 def _median(times: list[float]) -> float:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bench.contracts import BENCHMARKED, canonical_mode
-from bench.floor import KERNELS
+from bench.floor import KERNELS, FloorKernel
 from bench.sizes import DEFAULT_DTYPES, DEVICES, SIZES, Size, sizes_for
 from impls import available_implementations, get_implementation
 from impls.frameworks import FRAMEWORK_NAMES, load_framework
@@ -113,6 +113,11 @@ def framework_devices(framework: str) -> tuple[str, ...]:
         return ()
 
 
+def floor_kernels(device: str) -> list[FloorKernel]:
+    """The floor kernels that run on `device`: a group's floor rows, and an implementation row's paired floors."""
+    return [kernel for kernel in KERNELS if device in framework_devices(kernel.framework)]
+
+
 def devices_here(wanted: Iterable[str] = DEVICES) -> tuple[str, ...]:
     """The devices some framework here sees, in DEVICES order. Each framework takes seconds to import, so they
     are asked one at a time and only until every device in `wanted` has been seen: the answer is complete
@@ -189,11 +194,8 @@ def targets(plan: Plan) -> tuple[list[Target], dict[str, str]]:
             if device in (impl := get_implementation(name, contract)).benchmarked_devices and dtype in impl.dtypes
         ]
         if group:
-            found += [
-                Target(contract, kernel.name, device, dtype, size, floor=True)
-                for kernel in KERNELS
-                if device in framework_devices(kernel.framework)
-            ]
+            found += [Target(contract, kernel.name, device, dtype, size, floor=True)
+                      for kernel in floor_kernels(device)]
             found += group
     names = _union(runnable.values())
     for device in plan.devices:

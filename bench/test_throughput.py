@@ -16,10 +16,10 @@ from __future__ import annotations
 import pytest
 
 from bench.contracts import bench_contract
-from bench.floor import elements_for, kernel_named
+from bench.floor import FloorKernel, Timed, elements_for, kernel_named
 from bench.inputs import make_case, worst_error
-from bench.paired import alternate, floor_calls
-from bench.plan import Target, framework_devices
+from bench.paired import alternate
+from bench.plan import Target, floor_kernels
 from impls import get_implementation
 from reference.dtypes import numpy_dtype
 
@@ -74,10 +74,8 @@ def _time_implementation(benchmark, target: Target, warmup_calls: int, impl, cas
 
     graphs = compiled()
     benchmark(call)
-    floors = floor_calls(target.device, _floor_elements(impl.contract, target), framework_devices)
-    for floor in floors.values():
-        for _ in range(2):  # warm-up, as the floor rows do: jit compilation, first touch of the output
-            floor()
+    elements = _floor_elements(impl.contract, target)
+    floors = {kernel.name: _ready_floor(kernel, target.device, elements) for kernel in floor_kernels(target.device)}
     paired = alternate(call, floors, *pairing)
     assert compiled() == graphs, f"{target.id} compiled {compiled() - graphs} graph(s) while being timed"
     benchmark.extra_info.update(
@@ -106,16 +104,23 @@ def _floor_elements(contract, target: Target) -> int:  # type: ignore[no-untyped
     return elements_for(contract.bytes_moved(sizes, numpy_dtype(target.dtype).itemsize))
 
 
+def _ready_floor(kernel: FloorKernel, device: str, elements: int) -> Timed:
+    """The floor kernel prepared to read `elements` float32 values on `device`, warmed up (jit compilation, first
+    touch of the output) and its sum checked: a floor row's, and an implementation row's paired floors."""
+    call = kernel.prepare(device, elements)
+    total = 0.0
+    for _ in range(2):
+        total = float(call())  # a 0-d array of any framework, on any device
+    assert total == pytest.approx(elements, rel=1e-3), f"floor kernel {kernel.name} summed {total}, not {elements}"
+    return call
+
+
 def run_floor(benchmark, target: Target, contract) -> None:  # type: ignore[no-untyped-def]
     kernel = kernel_named(target.subject)
     size = target.size
     # the floor reads as many bytes as an implementation of its row's contract moves: "% of floor" is per contract
     elements = _floor_elements(contract, target)
-    call = kernel.prepare(target.device, elements)
-    total = 0.0
-    for _ in range(2):  # warm-up: jit compilation, first touch of the output
-        total = float(call())  # a 0-d array of any framework, on any device
-    assert total == pytest.approx(elements, rel=1e-3), f"floor kernel {kernel.name} summed {total}, not {elements}"
+    call = _ready_floor(kernel, target.device, elements)
     benchmark(call)
     benchmark.extra_info.update(
         kind="floor",
