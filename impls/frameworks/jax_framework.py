@@ -174,11 +174,11 @@ class JaxFramework(Framework):
     @functools.lru_cache(maxsize=64)  # noqa: B019  (adapters live for the whole process)
     def _jitted_vjp(self, fn: Callable, contract: Contract) -> Callable:
         """jax.vjp of fn under jit: forward and backward compile once per shape, together."""
-        return self.jax.jit(self._vjp(fn, contract))
+        return self.jax.jit(self._vjp(fn, contract, jitted=True))
 
-    def _vjp(self, fn: Callable, contract: Contract) -> Callable:
+    def _vjp(self, fn: Callable, contract: Contract, jitted: bool) -> Callable:
         """(arguments, cotangents) -> (outputs, gradients): jax.vjp of fn over the contract's differentiable
-        inputs, the others held fixed."""
+        inputs, the others held fixed; `jitted` when it is traced into one program with its backward."""
         positions = [index for index, spec in enumerate(contract.inputs) if spec.differentiable]
 
         def forward_and_backward(arguments: tuple[Any, ...], cotangents: Any) -> Any:
@@ -195,8 +195,11 @@ class JaxFramework(Framework):
             # converted mask into a select, which drops the NaN a where-guarded 0 / 0 sends there (on CPU, in every
             # dtype but bfloat16), and that loss gives NaN gradients wherever its backward runs apart from its
             # forward (tests/corpus/reductions/jax_mask_product_where_guard_nan_gradient.py).
-            saved, structure = self.jax.tree.flatten(pullback)
-            pullback = self.jax.tree.unflatten(structure, self.jax.lax.optimization_barrier(saved))
+            # Called eagerly, the forward's results are already computed arrays and the barrier would be a program
+            # of its own, compiled for every shape: there it is left out.
+            if jitted:
+                saved, structure = self.jax.tree.flatten(pullback)
+                pullback = self.jax.tree.unflatten(structure, self.jax.lax.optimization_barrier(saved))
             return outputs, pullback({key: self.jnp.asarray(cotangents[key]).astype(value.dtype)
                                       for key, value in outputs.items()})
 
@@ -208,7 +211,7 @@ class JaxFramework(Framework):
         # each output's dtype inside (only under x64 do they stay float64)
         host = {key: np.asarray(value, dtype=np.float64) for key, value in cotangents.items()}
         if keywords:  # Python ints, different in every example: jax.vjp as it is, fn's own jit compiling per shape
-            result, grads = self._vjp(functools.partial(fn, **keywords), contract)(tuple(inputs), host)
+            result, grads = self._vjp(functools.partial(fn, **keywords), contract, jitted=False)(tuple(inputs), host)
         else:
             result, grads = self._jitted_vjp(fn, contract)(tuple(inputs), host)
         names = [spec.name for spec in contract.differentiable_inputs]
