@@ -15,12 +15,12 @@ from fuzz.engines.jax_accumulation import rank_signature as jax_rank_signature
 from fuzz.engines.plan import DEFAULT_EXAMPLES as SHARDED_EXAMPLES
 from fuzz.engines.plan import plan_sharded_cells
 from fuzz.engines.registry import CHOICES as SHARDED_CHOICES
-from fuzz.engines.registry import RANKS_ENGINES, engine_named, rank_call
+from fuzz.engines.registry import RANKS_ENGINES, engine_call, engine_named
 from fuzz.engines.torch_ddp import rank_signature
 from fuzz.loader import LoadError, check_call_shape, load_target
 from fuzz.report.closed_stdout import tolerate_a_closed_stdout
 from fuzz.report.data import report_data
-from fuzz.report.files import unwritable_reason, write_json
+from fuzz.report.files import clashing_reports, unwritable_reason, write_json
 from fuzz.report.html import write_html
 from fuzz.report.matrix import render_matrix
 from fuzz.report.results import CellResult
@@ -232,7 +232,11 @@ def parse(argv: Sequence[str], prog: str = "python -m fuzz") -> argparse.Namespa
     argv = list(argv)
     if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help")):
         argv = ["campaign", *argv]
-    return build_parser(prog).parse_args(argv)
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    if clash := clashing_reports({"--json": getattr(args, "json", None), "--html": getattr(args, "html", None)}):
+        parser.error(clash)
+    return args
 
 
 def check_parser() -> argparse.ArgumentParser:
@@ -443,10 +447,9 @@ def check(args: argparse.Namespace) -> int:
     (framework,), modules = mode_imports(engine_named(engine).framework if engine else args.framework)
     workers = Workers((framework,), modules)
     try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
-        if args.ranks:
-            contract = check_spec(args, args.framework).bound_contract
-            check_call_shape(load_target(args.target).function, contract, args.target,
-                             rank_call(args.framework, contract))
+        if args.ranks or args.sharded:  # the engine's ranks call it with keywords of their own
+            contract = check_spec(args, args.framework or "").bound_contract
+            check_call_shape(load_target(args.target).function, contract, args.target, engine_call(engine, contract))
         if not args.sharded and not args.ranks:
             adapter = build_subject(check_spec(args, args.framework)).adapter
             if args.gradients and not adapter.differentiable:

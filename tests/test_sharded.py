@@ -170,6 +170,11 @@ def test_check_sharded_exit_codes():
     both = _run_fuzz("check", "impls.jax_shard_map:sequence_vs_token_normalization", "--sharded", "jax",
                      "--framework", "jax")
     assert both.returncode == 2 and "argument --framework: not allowed with argument --sharded" in both.stderr
+    # a single-process function has no data_group and sequence_group for the ranks to pass: refused before fuzzing
+    single = _run_fuzz("check", "impls.torch_eager:sequence_vs_token_normalization", "--sharded", "torch")
+    assert single.returncode == 2, single.stderr[-2000:]
+    assert "cannot be called as its ranks call it" in single.stderr and "data_group" in single.stderr
+    assert "FAIL" not in single.stdout
     target = f"{SHARDED_CORPUS / 'torch_missing_sequence_reduction.py'}:{FUNCTION}"
     bug = _run_fuzz("check", target, "--sharded", "torch", "--dtypes", "float32", "--fail-fast")
     assert bug.returncode == 1, bug.stderr[-2000:]

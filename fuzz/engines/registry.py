@@ -27,7 +27,13 @@ CHOICES = ("torch", "jax")  # `check --sharded`: the engines that run a user's p
 
 def rank_call(framework: str, contract: Any) -> tuple[tuple[str, ...], str]:
     """What a rank form on `framework`'s ranks is called with besides its inputs, and the call as text."""
-    module = importlib.import_module(MODULES[RANKS_ENGINES[framework]])
+    return engine_call(RANKS_ENGINES[framework], contract)
+
+
+def engine_call(engine: str, contract: Any) -> tuple[tuple[str, ...], str]:
+    """What engine `engine` calls a user's function with besides its inputs (`check --sharded ENGINE`'s per-rank
+    function, `--ranks`' rank form), and the call as text."""
+    module = importlib.import_module(MODULES[engine])
     return module.RANK_KEYWORDS, module.rank_signature(contract)
 
 

@@ -308,6 +308,12 @@ def close_pools() -> None:
 # ------------------------------------------------------------------------------------------------- the engine
 
 TORCH_RANK_POOLS = "torch rank pools"  # the engines' worker_setup: `pool_for`'s pools, kept per worker process
+RANK_KEYWORDS = ("data_group", "sequence_group")  # what each rank's call takes besides its inputs
+
+
+def rank_signature(contract: Any) -> str:
+    """How every rank calls a per-rank function, in the contract's names."""
+    return f"fn({', '.join(contract.input_names)}, *, {', '.join(RANK_KEYWORDS)})"
 
 
 class TorchRanks(Engine):
