@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -135,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where pytest-benchmark's JSON and the plot go (default: out/bench, in the "
                         "current directory)")
     parser.add_argument("--no-save", action="store_true",
-                        help="do not autosave the run to .benchmarks/ (in the current directory)")
+                        help="do not autosave the run (nor make .benchmarks/ in the current directory)")
     parser.add_argument("--cpus", type=parse_cpus,
                         help="comma-separated CPU ids or ranges to pin the run to (e.g. 0): every framework then "
                         "sizes its threads to them; steadier numbers on a shared machine")
@@ -181,6 +182,11 @@ def nothing_benchmarked(status: int, skipped_json: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # names, modes, sizes, dtypes and CPUs are checked here: no framework imported yet
+    if args.json and args.html:
+        from fuzz.report.files import clashing_reports
+
+        if clash := clashing_reports({"--json": str(args.json), "--html": str(args.html)}):
+            parser.error(clash)
     if args.reduction and args.contracts and REDUCTION not in args.contracts:
         parser.error(f"argument --reduction: the {REDUCTION} contract is not among --contracts "
                      f"{','.join(args.contracts)}")
@@ -210,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     # pytest caches its rewritten test modules next to them, in the package's __pycache__.
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    status = subprocess.run(pytest_command(args, out, cwd / ".benchmarks"), env=env).returncode
+    # pytest-benchmark makes its storage folder even when it saves nothing: --no-save gives it a scratch one
+    with tempfile.TemporaryDirectory(prefix="bench-unsaved-") as scratch:
+        storage = Path(scratch) if args.no_save else cwd / ".benchmarks"
+        status = subprocess.run(pytest_command(args, out, storage), env=env).returncode
     report = json.loads(report_json.read_text()) if report_json.exists() else {}
     if not report.get("benchmarks"):
         print(f"python -m bench: nothing was benchmarked: {nothing_benchmarked(status, skipped_json)}",

@@ -154,6 +154,7 @@ def test_the_reduction_contract_is_benchmarked_against_the_floor_of_its_own_byte
     result = run_bench(*TINY, "--contracts", "reduction", "--reduction", "grpo", "--no-save", "--json", "records.json",
                        cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert not (tmp_path / ".benchmarks").exists(), "--no-save made the autosave folder"
     records = json.loads((tmp_path / "records.json").read_text())
     assert {record["contract"] for record in records} == {"reduction"}  # --contracts: the magnitude rows are left out
     assert {record["parameters"] for record in records} == {"seq-mean-token-mean, rows=all"}  # grpo, resolved
@@ -212,6 +213,12 @@ def test_a_run_that_times_nothing_fails_with_the_reason(tmp_path: Path) -> None:
     assert reason, result.stderr
     assert "nothing to run on cpu" in reason.group(1)
     assert json.loads((tmp_path / "out" / "bench" / "skipped.json").read_text())["cpu"] in reason.group(1)
+
+
+def test_bench_json_and_html_naming_one_file_are_refused_before_the_run(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "bench", "--json", str(tmp_path / "r"), "--html",
+                             str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "--json and --html name the same file" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("option", ["--json", "--html"])

@@ -295,6 +295,25 @@ def test_an_unwritable_report_path_is_refused_before_any_fuzzing(tmp_path, comma
     assert "Conformance" not in result.stdout
 
 
+@pytest.mark.parametrize("command", [
+    ["check", "impls.numpy_impl:sequence_vs_token_normalization", "--framework", "numpy"],
+    ["--implementations", "numpy"],
+], ids=["check", "campaign"])
+def test_json_and_html_naming_one_file_are_refused_before_any_fuzzing(tmp_path, command):
+    result = run_fuzz(*command, "--json", str(tmp_path / "report"), "--html", f"{tmp_path}/./report")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--json and --html name the same file" in result.stderr
+    assert "Conformance" not in result.stdout and not (tmp_path / "report").exists()
+
+
+def test_a_report_path_through_a_file_says_the_file_is_no_folder(tmp_path):
+    (tmp_path / "notes.txt").write_text("")
+    result = run_fuzz("check", "impls.numpy_impl:sequence_vs_token_normalization", "--framework", "numpy",
+                      "--json", str(tmp_path / "notes.txt" / "sub" / "r.json"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"{tmp_path / 'notes.txt'} is a file, not a folder" in result.stderr
+
+
 def test_a_read_only_working_directory_is_refused_for_a_relative_report_path(tmp_path):
     folder = tmp_path / "read-only"
     folder.mkdir()

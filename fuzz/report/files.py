@@ -19,6 +19,11 @@ def unwritable_reason(path: str) -> str | None:
     if os.path.isdir(full):
         return f"{path} is a directory"
     if not os.path.isdir(folder):
+        existing = folder
+        while not os.path.exists(existing):  # the deepest part of the path that exists: a file, or a folder
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing):
+            return f"{existing} is a file, not a folder"
         return f"the folder {folder} does not exist"
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"the folder {folder} is not writable"
@@ -31,6 +36,17 @@ def unwritable_reason(path: str) -> str | None:
     os.close(handle)
     os.unlink(trial)
     return None
+
+
+def clashing_reports(paths: dict[str, str | None]) -> str | None:
+    """The options (by name) among `paths` that name the same file, as a sentence, or None: written one after the
+    other, the last report would replace the first."""
+    by_file: dict[str, list[str]] = {}
+    for option, path in paths.items():
+        if path:
+            by_file.setdefault(os.path.realpath(path), []).append(option)
+    clash = next((options for options in by_file.values() if len(options) > 1), None)
+    return f"{' and '.join(clash)} name the same file: one report would replace the other" if clash else None
 
 
 def write_atomically(path: str, text: str) -> None:
