@@ -83,6 +83,29 @@ def test_a_progress_line_gives_up_the_contract_label_before_where_the_cell_ran()
     assert "..." in lines["long name"] and "| cpu float64 | forward  20 ex" in lines["long name"]
 
 
+def test_a_kind_shown_again_is_not_repeated_before_its_message():
+    case = Case(np.zeros((1, 1)), np.zeros(1), np.ones((1, 1), bool), dtype="float32")
+    cells = []
+    for dtype in ("float32", "float64"):
+        cell = CellResult("f", "cpu", dtype, "forward",
+                          bugs=[Bug("raised TypeError", ["raised TypeError: boom"], case, "raise TypeError\n")])
+        cell.contract = "reduction (token-mean)"
+        cells.append(cell)
+    text = " ".join(bugs(cells))
+    assert "forward: raised TypeError: boom (a kind shown" in text
+    assert "raised TypeError: raised TypeError" not in text
+
+
+def test_the_progress_lines_of_one_target_keep_one_label_in_every_dtype():
+    """Which part of the contract's label fits is decided for the widest dtype name: a target whose float32 line
+    would keep "reduction" and whose bfloat16 line would not keeps the same label in both."""
+    lines = [_progress("/tmp/dddddddd/loss.py:fn", "reduction (token-mean)", dtype, "forward")
+             for dtype in ("float16", "bfloat16", "float32", "float64")]
+    assert all(len(line) <= WIDTH for line in lines), lines
+    assert len({"| reduction |" in line for line in lines}) == 1, lines
+    assert all("loss.py:fn | " in line for line in lines), lines
+
+
 def test_a_snippet_of_large_inputs_goes_to_a_file(tmp_path):
     snippet = "x = [" + ", ".join(["0.1"] * 40000) + "]\nassert False\n"
     lines = bugs([_cell(snippet)], snippet_folder=str(tmp_path))

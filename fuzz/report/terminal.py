@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from fuzz.report.results import Bug, CellResult
 from fuzz.report.texts import for_terminal, is_compile_failure, shorten
+from reference.dtypes import DTYPE_NAMES
 
 WIDTH = 100
 SUBJECT_TAIL = 16  # a progress line keeps at least this much of a long name's end, else it is cut in the middle
@@ -54,7 +55,9 @@ def progress_line(row: str, cell: CellResult, device: str, dtype: str) -> str:
     room = WIDTH - len(tail) - 7
     labels = (cell.contract, cell.contract.split(" (", 1)[0], None)
     rests = [" | ".join(part for part in (label, f"{device} {dtype}", row) if part is not None) for label in labels]
-    rest = next((rest for rest in rests if len(cell.subject) + 3 + len(rest) <= room), rests[-1])
+    # which label fits is decided as for the widest dtype name: a target's lines keep one label in every dtype
+    widest = len(max(DTYPE_NAMES, key=len)) - len(dtype) if dtype in DTYPE_NAMES else 0
+    rest = next((rest for rest in rests if len(cell.subject) + 3 + len(rest) + widest <= room), rests[-1])
     subject_room = room - 3 - len(rest)
     subject = cell.subject
     if len(subject) > subject_room >= SUBJECT_TAIL:  # its end names the function: "...loss.py:agg_loss"
@@ -158,7 +161,9 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
             title = f"{where}: {bug.kind}" + (f" (bug {number} of {len(cell.bugs)})" if len(cell.bugs) > 1 else "")
             key = (cell.contract, bug.kind, cell.check)
             if key in shown:
-                first = "; ".join(for_terminal(failure).split("\n", 1)[0] for failure in bug.failures)
+                # a message that starts with its kind ("raised TypeError: ...") is shown after the kind without it
+                first = "; ".join(for_terminal(failure).split("\n", 1)[0].removeprefix(f"{bug.kind}: ")
+                                  for failure in bug.failures)
                 lines += ["", *wrap(f"=== FAIL {title}: {first} (a kind shown above with its snippet; --json keeps "
                                     "this one's)")]
                 continue
