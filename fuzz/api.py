@@ -175,7 +175,9 @@ def check(
         _positive("workers", workers)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):  # the type wrong: as the ints above
+        raise TypeError(f"timeout must be a positive number of seconds, got {type(timeout).__name__} {timeout!r}")
+    if not 0 < timeout < float("inf"):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     _check_masked_values(masked_values)
     if ranks and (not accumulation or framework not in RANKS_ENGINES):

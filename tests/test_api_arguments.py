@@ -24,6 +24,7 @@ GOOD = "impls.numpy_impl:sequence_vs_token_normalization"
     ({"workers": 0}, ValueError, "workers must be a positive int, got 0"),
     ({"seed": "abc"}, TypeError, "seed must be an int, got str 'abc'"),
     ({"timeout": -1}, ValueError, "timeout must be a positive number of seconds, got -1"),
+    ({"timeout": "10"}, TypeError, "timeout must be a positive number of seconds, got str '10'"),
     ({"dtypes": ["float8"]}, ValueError, "dtypes must be a non-empty subset of"),
     ({"dtypes": []}, ValueError, "dtypes must be a non-empty subset of"),
     ({"devices": [3]}, TypeError, "devices must be a list of names"),
