@@ -447,6 +447,7 @@ def check(args: argparse.Namespace) -> int:
     (framework,), modules = mode_imports(engine_named(engine).framework if engine else args.framework)
     workers = Workers((framework,), modules)
     try:  # load here first for a clear exit 2 before any work; a worker process may still fail to load it
+        held = available_adapter(framework).dtypes  # a framework that is missing, before a target that imports it
         if args.ranks or args.sharded:  # the engine's ranks call it with keywords of their own
             contract = check_spec(args, args.framework or "").bound_contract
             check_call_shape(load_target(args.target).function, contract, args.target, engine_call(engine, contract))
@@ -455,7 +456,6 @@ def check(args: argparse.Namespace) -> int:
             if args.gradients and not adapter.differentiable:
                 print(f"error: --gradients needs autograd, and {args.framework} has none", file=sys.stderr)
                 return USAGE_ERROR
-        held = available_adapter(framework).dtypes
         if reason := no_dtype_held(args.framework or args.sharded, args.dtypes, held):
             print(f"error: argument --dtypes: {reason}", file=sys.stderr)
             return USAGE_ERROR
