@@ -50,6 +50,14 @@ class Target:
     function_name: str
 
 
+def _functions_defined(module: object) -> str:
+    """The functions a module defines itself (not those it imports), for a target that named none of them."""
+    own = sorted(name for name, value in vars(module).items()
+                 if inspect.isfunction(value) and value.__module__ == getattr(module, "__name__", None)
+                 and not name.startswith("_"))
+    return f" (it defines {', '.join(own)})" if own else " (it defines no public function)"
+
+
 def load_target(spec: str) -> Target:
     """The function `spec` names. Loading it writes no `__pycache__/` next to the user's files: nothing of
     the suite's may appear in their working tree."""
@@ -102,7 +110,7 @@ def _load_target(spec: str) -> Target:
             raise LoadError(f"module {location!r} raised on import: {type(error).__name__}: {error}") from error
         import_lines = (f"from {location} import {name}",)
     if not hasattr(module, name):
-        raise LoadError(f"{location} has no attribute {name!r}")
+        raise LoadError(f"{location} has no attribute {name!r}{_functions_defined(module)}")
     function = getattr(module, name)
     if not callable(function) or inspect.isclass(function):
         raise LoadError(f"{location}:{name} is a {type(function).__name__}, not a function")

@@ -40,6 +40,21 @@ def test_load_errors_exit_2_with_a_clear_message(target, message):
     assert message in result.stderr
 
 
+def test_a_function_name_that_is_not_there_is_answered_with_the_functions_that_are(tmp_path):
+    path = write(tmp_path, "loss.py", """
+        from math import fsum
+
+        def agg_loss(token_losses, token_mask):
+            return token_losses
+
+        def _helper():
+            pass
+    """)
+    result = run_fuzz("check", f"{path}:loss", "--framework", "numpy")
+    assert result.returncode == 2, result.stderr
+    assert f"{path} has no attribute 'loss' (it defines agg_loss)" in result.stderr, result.stderr
+
+
 def test_a_module_that_raises_on_import_exits_2(tmp_path):
     path = write(tmp_path, "broken.py", "raise RuntimeError('boom at import')\n")
     result = run_fuzz("check", f"{path}:f", "--framework", "numpy")
