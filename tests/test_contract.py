@@ -156,3 +156,17 @@ def test_device_mismatch_is_named():
     impl = impls.get_implementation("torch-eager")
     with pytest.raises(ValueError, match=r"advantages must be on the device of token_log_probs \(cpu\), got cuda:0"):
         impl(torch.zeros(2, 3), torch.zeros(2, device="cuda"), torch.ones(2, 3, dtype=torch.bool))
+
+
+def test_any_mapping_of_the_outputs_is_a_result_and_nothing_else_is():
+    """A read-only mapping (or any other Mapping) with the outputs' names conforms as a dict does; a list of the
+    same arrays is no mapping, and the failure says what the contract expects."""
+    import types
+
+    from fuzz import check_case
+
+    builtin = impls.get_implementation("numpy", "magnitude").function
+    case = Case([[-1.0, -2.0], [-3.0, -4.0]], [2.0, -1.0], [[True, True], [True, False]])
+    assert check_case(lambda *a: types.MappingProxyType(builtin(*a)), case, "numpy") == []
+    failures = check_case(lambda *a: list(builtin(*a).values()), case, "numpy")
+    assert failures and "returned list, expected" in failures[0], failures

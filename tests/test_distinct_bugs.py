@@ -194,3 +194,41 @@ def test_a_per_chunk_loss_of_the_wrong_dtype_gets_a_snippet_that_fails_on_it(tmp
     run = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert run.returncode == 1 and "of dtype float32, want float64" in run.stderr, run.stdout + run.stderr
+
+
+def test_a_float16_row_sum_that_overflows_is_named_as_that_overflow():
+    """The plain formulation keeps a row's sum in float16: over 4096 tokens of -30 it passes -65504. With
+    A_i = 0 the exact s_i is 0, and float16 gives 0 * -inf = NaN: a real failure, named for what overflowed."""
+    pytest.importorskip("torch")
+    from fuzz.judge.forward import check_forward
+    from fuzz.judge.verdict import FORWARD_OVERFLOW
+    from impls.frameworks import load_framework
+
+    lp = np.full((2, 4096), -30.0)
+    case = Case(lp, np.array([0.0, 1.0]), np.ones((2, 4096), bool), dtype="float16")
+    verdict = check_forward(_plain_half_precision(), load_framework("torch"), case)
+    assert verdict.kind == FORWARD_OVERFLOW, verdict.failures
+    assert "the row sum of row 0 overflowed float16 (exact -1.23e+05" in str(verdict.failures[0])
+    assert "keep the sum over tokens in float32" in str(verdict.failures[0])
+
+
+def test_outputs_that_carry_no_gradient_are_named_so_on_the_first_example():
+    """Detached outputs read back as zero gradients would be judged as values ("out of tolerance: 0.0") and pass
+    wherever the exact gradient is near 0; they are a failure of their own, whatever the case."""
+    from fuzz import check
+
+    torch = pytest.importorskip("torch")
+
+    def detached(token_log_probs, advantages, token_mask):
+        with torch.no_grad():
+            s = advantages * torch.where(token_mask, token_log_probs, 0).sum(dim=-1)
+            a = s / token_mask.sum(dim=-1).clamp(min=1).to(s.dtype)
+            n, d = s.abs().sum(), a.abs().sum()
+            r = torch.where(d > 0, n / torch.where(d > 0, d, torch.ones_like(d)), torch.zeros_like(d))
+        return {"sequence_summed": s, "token_averaged": a, "magnitude_ratio": r}
+
+    report = check(detached, framework="torch", gradients=True, dtypes=["float64"], max_examples=1,
+                   gradient_examples=1, seed=0)
+    gradient_failures = [failure for failure in report.failures if failure.kind == "no gradient"]
+    assert gradient_failures, report.failures
+    assert "sequence_summed carries no gradient" in gradient_failures[0].message
