@@ -11,12 +11,10 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fuzz.engines.jax_accumulation import rank_signature as jax_rank_signature
 from fuzz.engines.plan import DEFAULT_EXAMPLES as SHARDED_EXAMPLES
 from fuzz.engines.plan import plan_sharded_cells
 from fuzz.engines.registry import CHOICES as SHARDED_CHOICES
-from fuzz.engines.registry import RANKS_ENGINES, engine_call, engine_named
-from fuzz.engines.torch_ddp import rank_signature
+from fuzz.engines.registry import RANKS_ENGINES, engine_call, engine_named, rank_call
 from fuzz.loader import LoadError, check_call_shape, load_target
 from fuzz.report.closed_stdout import tolerate_a_closed_stdout
 from fuzz.report.data import report_data
@@ -197,8 +195,8 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
     declared.add_argument("--ranks", action="store_true",
                           help="with --accumulation: on data-parallel ranks, TARGET computing the step's "
                           "normalizers itself with collectives: --framework torch, real torch.distributed ranks "
-                          f"(gloo) under DDP, {rank_signature(accumulation)}; --framework jax, jax.shard_map over "
-                          f"host CPU devices, {jax_rank_signature(accumulation)}")
+                          f"(gloo) under DDP, {rank_call('torch', accumulation)[1]}; --framework jax, "
+                          f"jax.shard_map over host CPU devices, {rank_call('jax', accumulation)[1]}")
     declared.add_argument("--dp-reduce", choices=("mean", "sum"),
                           help="with --accumulation: the ranks' gradients are averaged (default: DDP, FSDP) or summed")
     declared.add_argument("--backward-scale", choices=("1", "1/G"),

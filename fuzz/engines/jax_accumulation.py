@@ -61,11 +61,6 @@ AXIS = "data"  # the mesh worker's data axis: the data-parallel ranks
 RANK_KEYWORDS = ("step_masks", "axis_name", "accumulation_steps")  # what each call takes besides its inputs
 
 
-def rank_signature(contract: Any) -> str:
-    """How the JAX rank form of a per-chunk function is called, in the contract's names."""
-    return f"fn({', '.join(contract.input_names)}, *, {', '.join(RANK_KEYWORDS)})"
-
-
 @dataclass(frozen=True)
 class MeshChunks(ChunkSplit):
     """A split whose chunks have one number of rows (cuts every `rows`), every chunk the step's tokens (`widths`),

@@ -20,11 +20,6 @@ from reference.contract import Contract
 RANK_KEYWORDS: tuple[str, ...] = ()  # the body takes its inputs alone: the axis names are the mesh's
 
 
-def rank_signature(contract: Contract) -> str:
-    """How shard_map calls the per-shard body, in the contract's names."""
-    return f"fn({', '.join(contract.input_names)})"
-
-
 def out_specs(contract: Contract) -> Any:
     """The out_specs of shard_map, as Python values (in the worker) for the contract's outputs."""
     from jax.sharding import PartitionSpec as P

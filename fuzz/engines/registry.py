@@ -25,6 +25,12 @@ RANKS_ENGINES = {"torch": "ddp", "jax": "jax-accumulation"}
 CHOICES = ("torch", "jax")  # `check --sharded`: the engines that run a user's per-rank function
 
 
+def rank_signature(contract: Any, keywords: tuple[str, ...]) -> str:
+    """How a function is called with the contract's inputs and `keywords` besides them, as text."""
+    inputs = ", ".join(contract.input_names)
+    return f"fn({inputs}, *, {', '.join(keywords)})" if keywords else f"fn({inputs})"
+
+
 def rank_call(framework: str, contract: Any) -> tuple[tuple[str, ...], str]:
     """What a rank form on `framework`'s ranks is called with besides its inputs, and the call as text."""
     return engine_call(RANKS_ENGINES[framework], contract)
@@ -34,7 +40,7 @@ def engine_call(engine: str, contract: Any) -> tuple[tuple[str, ...], str]:
     """What engine `engine` calls a user's function with besides its inputs (`check --sharded ENGINE`'s per-rank
     function, `--ranks`' rank form), and the call as text."""
     module = importlib.import_module(MODULES[engine])
-    return module.RANK_KEYWORDS, module.rank_signature(contract)
+    return module.RANK_KEYWORDS, rank_signature(contract, module.RANK_KEYWORDS)
 
 
 class Engine:

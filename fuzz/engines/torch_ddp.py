@@ -48,11 +48,6 @@ def _sum_hook(state, bucket):  # unannotated: DDP refuses a hook whose annotatio
 RANK_KEYWORDS = ("step_masks", "group", "accumulation_steps")  # what each rank's call takes besides its inputs
 
 
-def rank_signature(contract: Any) -> str:
-    """How the rank form of a per-chunk function is called, in the contract's names."""
-    return f"fn({', '.join(contract.input_names)}, *, {', '.join(RANK_KEYWORDS)})"
-
-
 def rank_step(job: dict[str, Any], groups: Any, rank: int) -> dict[str, Any]:
     """On a rank: its micro-batch loop under DDP, forward (the chunk losses) and with cotangents the backward."""
     import torch

@@ -311,11 +311,6 @@ TORCH_RANK_POOLS = "torch rank pools"  # the engines' worker_setup: `pool_for`'s
 RANK_KEYWORDS = ("data_group", "sequence_group")  # what each rank's call takes besides its inputs
 
 
-def rank_signature(contract: Any) -> str:
-    """How every rank calls a per-rank function, in the contract's names."""
-    return f"fn({', '.join(contract.input_names)}, *, {', '.join(RANK_KEYWORDS)})"
-
-
 class TorchRanks(Engine):
     """Every rank of the mesh calls `fn(*its inputs, data_group=..., sequence_group=...)` at the same time, on
     gloo (NCCL on CUDA, for the meshes that fit the GPUs); gradients through the collectives, each replica
