@@ -459,6 +459,37 @@ def _a_length_constant(value: int) -> bool:
     return 1 <= value <= 1 << 20 and (value & (value - 1) == 0 or (value % 100 == 0 and value <= 100_000))
 
 
+# What trainers add to a denominator instead of clamping it (NeMo-RL, OpenRLHF, ROLL, torchtune: 1e-8). In
+# float32 and narrower it vanishes (N + 1e-8 rounds to N) and such a candidate equals the exact loss, so it is
+# never read off there; in float64 it moves the loss by eps/N, far beyond float64's rounding.
+EPSILONS = (1e-8, 1e-6)
+CLAMP_INSTEAD = "(clamp it to 1 instead)"
+
+
+def _epsilon_candidates(expected: Exact, tokens: int, divisor: int) -> list[tuple[str, float]]:
+    """The declared mode with an epsilon added to each of its denominators: N, D, D L_max, the rows' n_i (alone,
+    and with D's), each exactly rounded."""
+    mode, found = expected.mode, []
+    for eps in EPSILONS:
+        if mode == TOKEN_MEAN and tokens:
+            found.append((f"the exact sum / (N + {eps:g}): an epsilon added to the token count {CLAMP_INSTEAD}?",
+                          expected.total / (tokens + eps)))
+        if mode in (SEQ_MEAN_TOKEN_SUM, SEQ_MEAN_TOKEN_MEAN) and divisor:
+            numerator = expected.total if mode == SEQ_MEAN_TOKEN_SUM else expected.row_means
+            found.append((f"the exact {mode} with D + {eps:g}: an epsilon added to the row count {CLAMP_INSTEAD}?",
+                          numerator / (divisor + eps)))
+        if mode == SEQ_MEAN_TOKEN_SUM_NORM and divisor:
+            found.append((f"the exact {mode} with D L_max + {eps:g}: an epsilon added to the divisor {CLAMP_INSTEAD}?",
+                          expected.total / (divisor * float(expected.l_max or 1.0) + eps)))
+        if mode == SEQ_MEAN_TOKEN_MEAN and divisor:
+            means = math.fsum(s / (n + eps) for s, n in zip(expected.row_sums, expected.counts) if n > 0)
+            found.append((f"the exact {mode} with each row's n_i + {eps:g}: an epsilon added to the rows' counts "
+                          f"{CLAMP_INSTEAD}?", means / divisor))
+            found.append((f"the exact {mode} with n_i + {eps:g} and D + {eps:g}: an epsilon added to every count "
+                          f"{CLAMP_INSTEAD}?", means / (divisor + eps)))
+    return found
+
+
 def _candidates(expected: Exact, got: float) -> list[tuple[str, float]]:
     """Exact values of what a wrong implementation of the declared mode often computes instead, each with what it
     says about the code; the declared mode's own slips first, then the other modes and conventions. `got`, the
@@ -482,6 +513,7 @@ def _candidates(expected: Exact, got: float) -> list[tuple[str, float]]:
                           expected.total / clamped))
     if mode == SEQ_MEAN_TOKEN_MEAN and divisor:
         found.append(("the per-sequence mean divided by D twice?", expected.row_means / divisor / divisor))
+    found.extend(_epsilon_candidates(expected, tokens, divisor))
     # the declared mode with the other rows convention first: a slip of the declared mode, likelier than another
     # mode where a small case makes the two coincide
     for candidate in sorted(MODES, key=lambda other: other != mode):

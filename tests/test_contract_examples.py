@@ -103,3 +103,27 @@ def test_the_declared_modes_other_rows_convention_is_named_before_other_modes():
     assert explain(case, {"loss": np.array(3.0)}).startswith(
         "it equals 3, the exact seq-mean-token-mean with D counting only the rows with a selected token: "
         "rows=nonempty, where rows=all is declared?; or the exact token-mean")
+
+
+def test_an_epsilon_in_a_float64_denominator_is_named_and_vanishes_from_the_hints_in_float32():
+    """The book's example, per-token declared (N = 15): in float64 a loss of 33 / (15 + 1e-8) is the epsilon guard
+    trainers write (NeMo-RL's masked_mean), named as that, not as float32 rounding; in float32 the epsilon rounds
+    away, so the same formula is the declared value and nothing is read off it. Per-sequence declared, n_i + 1e-8
+    and D + 1e-8 together (NeMo-RL's sequence level) are named as such."""
+    from reference.reduction import explain
+
+    per_token = get_contract("reduction", {"mode": "token-mean"})
+    book = next(example for example in get_contract("reduction").examples
+                if example.name == "the book's example, per-sequence")
+    inputs = {name: np.asarray(value) for name, value in book.inputs.items()}
+    case = Case(contract=per_token, dtype="float64", **inputs)
+    assert explain(case, {"loss": np.array(33 / (15 + 1e-8))}) == (
+        "it equals 2.2, the exact sum / (N + 1e-08): an epsilon added to the token count (clamp it to 1 instead)?")
+    in_float32 = Case(contract=per_token, dtype="float32", **inputs)
+    assert explain(in_float32, {"loss": np.array(33 / (15 + 1e-8))}) is None
+    per_sequence = Case(contract=get_contract("reduction", {"mode": "seq-mean-token-mean"}), dtype="float64",
+                        **inputs)
+    guarded = (14 / (5 + 1e-8) + 19 / (10 + 1e-8)) / (2 + 1e-8)
+    assert explain(per_sequence, {"loss": np.array(guarded)}).startswith(
+        "it equals 2.35, the exact seq-mean-token-mean with n_i + 1e-08 and D + 1e-08: an epsilon added to every "
+        "count")

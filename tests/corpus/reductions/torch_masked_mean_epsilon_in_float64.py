@@ -3,6 +3,7 @@ FRAMEWORK = "torch"
 EXPECT = "reject"
 CONTRACT = "reduction"
 REDUCTION = "token-mean"
+EXPLAINS = "an epsilon added to the token count"
 import torch
 
 
