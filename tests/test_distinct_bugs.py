@@ -175,6 +175,20 @@ def test_a_nan_gradient_from_a_where_guarded_division_by_a_count_of_0_is_named_s
     assert any("a division by its count of 0 guarded by a where" in failure.message for failure in report.failures)
 
 
+def test_a_nan_float16_gradient_from_an_epsilon_guard_names_the_epsilon_too():
+    """NeMo-RL's masked_mean in float16 (`sum(values * mask) / (count + 1e-8)` in float32) on an all-masked batch:
+    the backward's 1 / 1e-8 overflows float16 and meets the mask's 0. The hint names that guard beside the where
+    one in float16, and only there (in bfloat16 1e8 is finite)."""
+    from fuzz.judge.gradients import _non_finite
+
+    nan, mask = np.array([[np.nan]]), np.array([[False]])
+    kind, message = _non_finite("d token_losses", nan, None, mask, "float16")
+    assert kind == "non-finite gradient"
+    assert "guarded by a where" in message and "or by an epsilon (1 / (0 + 1e-8) is 1e8" in message, message
+    assert "epsilon" not in _non_finite("d token_losses", nan, None, mask, "bfloat16")[1]
+    assert "epsilon" not in _non_finite("d token_losses", nan, None, np.array([[True]]), "float16")[1]
+
+
 def _float32_chunk_loss(token_losses, token_mask, *, num_tokens, num_sequences, dp_size, accumulation_steps):
     import torch
 

@@ -27,17 +27,21 @@ GRADIENT_OVERFLOW = "backward overflowed the dtype"
 GRADIENT_MASKED = "gradient not 0 at masked positions"
 
 
-def _non_finite(name: str, values: np.ndarray, overflow: str | None, mask: np.ndarray) -> tuple[str, str]:
+def _non_finite(name: str, values: np.ndarray, overflow: str | None, mask: np.ndarray,
+                dtype: str) -> tuple[str, str]:
     """The kind and message of a non-finite gradient: an overflow of the dtype, or a bug (with what in the case
-    makes the usual one non-finite: a count of 0 divided by, under a where that keeps its inf or NaN out of
-    the loss but not out of the backward)."""
+    makes the usual ones non-finite: a count of 0 divided by, under a where that keeps its inf or NaN out of
+    the loss but not out of the backward; in float16, a count of 0 plus an epsilon, whose 1 / 1e-8 overflows
+    on its way back to the inputs and meets the mask's 0)."""
     bad = np.argwhere(~np.isfinite(values))[0].tolist()
     seen = f"{name}{bad} = {float(values[tuple(bad)])!r}"
     if overflow is not None:
         return GRADIENT_OVERFLOW, f"{seen}: {overflow}"
     empty = empty_selection(mask)
+    epsilon = (" or by an epsilon (1 / (0 + 1e-8) is 1e8, past float16's range: inf times the mask's 0 is NaN)"
+               if dtype == "float16" else "")
     hint = (f": {empty}: a division by its count of 0 guarded by a where (whose other branch's inf or NaN still "
-            "reaches the backward)?") if empty else ""
+            f"reaches the backward){epsilon}?") if empty else ""
     return GRADIENT_NON_FINITE, f"{name} is not finite: {seen}{hint}"
 
 
@@ -84,7 +88,7 @@ def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Any, cotan
             verdict.fail(GRADIENT_STRUCTURE, f"{name} has shape {got.shape}, expected {want.shape}")
             continue
         if not np.isfinite(got).all():
-            verdict.fail(*_non_finite(name, got, overflow, mask))
+            verdict.fail(*_non_finite(name, got, overflow, mask, case.dtype))
         if spec.role == "tokens" and (got[~mask] != 0).any():
             verdict.fail(GRADIENT_MASKED, f"{name} is not exactly 0 at masked positions")
         ratios = error_ratio(got, want, bound)
