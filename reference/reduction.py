@@ -467,20 +467,20 @@ CLAMP_INSTEAD = "(clamp it to 1 instead)"
 
 
 def _epsilon_candidates(expected: Exact, tokens: int, divisor: int) -> list[tuple[str, float]]:
-    """The declared mode with an epsilon added to each of its denominators: N, D, D L_max, the rows' n_i (alone,
-    and with D's), each exactly rounded."""
+    """The declared mode with an epsilon added to its divisor (N, D or D L_max), and for the per-sequence mean to
+    the rows' n_i (alone, and with D's), each exactly rounded."""
     mode, found = expected.mode, []
+    numerator, denominator, named = {  # the mode's loss as numerator / denominator, and how the text names it
+        TOKEN_MEAN: (expected.total, tokens, ("the exact sum / (N + {eps}): ", "the token count")),
+        SEQ_MEAN_TOKEN_SUM: (expected.total, divisor, ("the exact {mode} with D + {eps}: ", "the row count")),
+        SEQ_MEAN_TOKEN_MEAN: (expected.row_means, divisor, ("the exact {mode} with D + {eps}: ", "the row count")),
+        SEQ_MEAN_TOKEN_SUM_NORM: (expected.total, divisor * float(expected.l_max or 1.0),
+                                  ("the exact {mode} with D L_max + {eps}: ", "the divisor")),
+    }.get(mode, (0.0, 0, ("", "")))
     for eps in EPSILONS:
-        if mode == TOKEN_MEAN and tokens:
-            found.append((f"the exact sum / (N + {eps:g}): an epsilon added to the token count {CLAMP_INSTEAD}?",
-                          expected.total / (tokens + eps)))
-        if mode in (SEQ_MEAN_TOKEN_SUM, SEQ_MEAN_TOKEN_MEAN) and divisor:
-            numerator = expected.total if mode == SEQ_MEAN_TOKEN_SUM else expected.row_means
-            found.append((f"the exact {mode} with D + {eps:g}: an epsilon added to the row count {CLAMP_INSTEAD}?",
-                          numerator / (divisor + eps)))
-        if mode == SEQ_MEAN_TOKEN_SUM_NORM and divisor:
-            found.append((f"the exact {mode} with D L_max + {eps:g}: an epsilon added to the divisor {CLAMP_INSTEAD}?",
-                          expected.total / (divisor * float(expected.l_max or 1.0) + eps)))
+        if denominator:
+            found.append((named[0].format(mode=mode, eps=f"{eps:g}") + f"an epsilon added to {named[1]} "
+                          f"{CLAMP_INSTEAD}?", numerator / (denominator + eps)))
         if mode == SEQ_MEAN_TOKEN_MEAN and divisor:
             means = math.fsum(s / (n + eps) for s, n in zip(expected.row_sums, expected.counts) if n > 0)
             found.append((f"the exact {mode} with each row's n_i + {eps:g}: an epsilon added to the rows' counts "

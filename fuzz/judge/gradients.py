@@ -19,6 +19,7 @@ from fuzz.judge.forward import empty_selection
 from fuzz.judge.outputs import GRADIENT_STRUCTURE, check_gradient_arrays, modified_inputs
 from fuzz.judge.verdict import Verdict, call_safely, out_of_tolerance, same_bits
 from reference.case import Case
+from reference.dtypes import largest
 from reference.exact import exact_results
 from reference.tolerance import Precision, error_ratio, ulp_error
 
@@ -31,15 +32,16 @@ def _non_finite(name: str, values: np.ndarray, overflow: str | None, mask: np.nd
                 dtype: str) -> tuple[str, str]:
     """The kind and message of a non-finite gradient: an overflow of the dtype, or a bug (with what in the case
     makes the usual ones non-finite: a count of 0 divided by, under a where that keeps its inf or NaN out of
-    the loss but not out of the backward; in float16, a count of 0 plus an epsilon, whose 1 / 1e-8 overflows
-    on its way back to the inputs and meets the mask's 0)."""
+    the loss but not out of the backward; where 1 / 1e-8 exceeds the dtype's range (float16), a count of 0
+    plus an epsilon, whose reciprocal overflows on its way back to the inputs and meets the mask's 0)."""
     bad = np.argwhere(~np.isfinite(values))[0].tolist()
     seen = f"{name}{bad} = {float(values[tuple(bad)])!r}"
     if overflow is not None:
         return GRADIENT_OVERFLOW, f"{seen}: {overflow}"
     empty = empty_selection(mask)
-    epsilon = (" or by an epsilon (1 / (0 + 1e-8) is 1e8, past float16's range: inf times the mask's 0 is NaN)"
-               if dtype == "float16" else "")
+    # 1e-8: what trainers add to a count instead of clamping it (NeMo-RL, OpenRLHF, ROLL, torchtune)
+    epsilon = (f" or by an epsilon (1 / (0 + 1e-8) is 1e8, past {dtype}'s range: inf times the mask's 0 is NaN)"
+               if largest(dtype) < 1e8 else "")
     hint = (f": {empty}: a division by its count of 0 guarded by a where (whose other branch's inf or NaN still "
             f"reaches the backward){epsilon}?") if empty else ""
     return GRADIENT_NON_FINITE, f"{name} is not finite: {seen}{hint}"
