@@ -1,5 +1,3 @@
-import sys
+from fuzz.cli import entry_point
 
-from fuzz.cli import main
-
-sys.exit(main())
+entry_point()

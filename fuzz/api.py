@@ -1,8 +1,7 @@
 """The Python API, for a trainer's own test suite:
 
     from fuzz import check
-    report = check(my_normalize, framework="torch", gradients=True, dtypes=["bfloat16", "float32"],
-                   max_examples=100, seed=0)
+    report = check(my_normalize, framework="torch", dtypes=["bfloat16", "float32"], max_examples=100, seed=0)
     report.raise_for_failures()   # AssertionError: the shrunk case and a runnable snippet
 
 The function runs in this process by default, each call under the time limit in one helper thread that serves
@@ -115,7 +114,7 @@ def check(
     fn: Callable[..., Any] | str,
     *,
     framework: str,
-    gradients: bool = False,
+    gradients: bool | None = None,
     dtypes: Sequence[str] = DTYPE_NAMES,
     devices: Sequence[str] | None = None,
     max_examples: int | None = None,
@@ -138,6 +137,8 @@ def check(
     `lossnorm-fuzz check` does. `fn` is a function, or a "package.module:function" / "path.py:function" string.
     `framework`: one of FRAMEWORK_CHOICES (torch, torch-compile, jax: wrapped in jax.jit, except a per-chunk
     function, numpy, ...).
+    `gradients`: the backward is fuzzed too (autograd, jax.vjp) against the exact VJP; by default (None)
+    wherever the framework differentiates (torch, torch-compile, jax), False for the forward only.
     `precision`: "contract" (default) or "strict" (docs/tolerance.md). `workers`: None runs in this
     process; N runs the cells in N worker processes (the function must then be importable by its module and
     name; a crash or hang there fails its cell instead of this process).
@@ -173,6 +174,9 @@ def check(
         _positive("gradient_examples", gradient_examples)
     if workers is not None:
         _positive("workers", workers)
+    if gradients is not None and not isinstance(gradients, bool):
+        raise TypeError(f"gradients must be True, False or None (wherever the framework differentiates), got "
+                        f"{type(gradients).__name__} {gradients!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):  # the type wrong: as the ints above
@@ -206,8 +210,10 @@ def check(
     except CallShapeError as error:
         raise CallShapeError(f"fn: {error}") from None
     adapter = available_adapter(check_modes()[framework][0]) if subject is None else subject.adapter
-    if gradients and not (adapter.differentiable if subject is None else subject.has_gradients):
+    differentiable = adapter.differentiable if subject is None else subject.has_gradients
+    if gradients and not differentiable:
         raise ValueError(f"gradients=True needs autograd, and {framework} has none")
+    gradients = differentiable if gradients is None else gradients
     if reason := no_dtype_held(framework, dtypes, adapter.dtypes if subject is None else subject.supported_dtypes):
         raise ValueError(f"dtypes: {reason}")
     if gradient_examples is None:

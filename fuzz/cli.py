@@ -10,6 +10,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from fuzz.engines.plan import DEFAULT_EXAMPLES as SHARDED_EXAMPLES
 from fuzz.engines.plan import plan_sharded_cells
@@ -25,6 +26,7 @@ from fuzz.report.results import CellResult
 from fuzz.report.terminal import bugs, joined, summary, wrap
 from fuzz.run.calls import DEFAULT_TIMEOUT
 from fuzz.run.plan import CellTask, default_gradient_examples, no_dtype_held, plan_cells
+from fuzz.run.processes import exit_without_teardown
 from fuzz.run.subjects import (
     FRAMEWORK_CHOICES,
     MASKED_VALUES,
@@ -167,8 +169,10 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
                     "examples per gradient cell (default: half of --max-examples; with --sharded or --accumulation "
                     "as many)")
     parser.set_defaults(max_examples=None)  # None: DEFAULT_EXAMPLES, or --sharded's own default
-    parser.add_argument("--gradients", action="store_true",
-                        help="also fuzz the backward pass (torch autograd / jax.vjp) against the exact VJP")
+    parser.add_argument("--gradients", action=argparse.BooleanOptionalAction, default=None,
+                        help="fuzz the backward pass too (torch autograd / jax.vjp) against the exact VJP (default: "
+                        "wherever the framework differentiates: torch, torch-compile, jax); --no-gradients: the "
+                        "forward only")
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default=CONTRACT.name,
                         help="contract (default): sums in at least float32, elementwise steps may round in the "
                         "input dtype a counted number of times; strict: the built-ins' promise, round once to "
@@ -374,6 +378,11 @@ def check_spec(args: argparse.Namespace, framework: str) -> SubjectSpec:
                           masked_values=args.masked_values)
 
 
+def _gradients(asked: bool | None, differentiable: bool) -> bool:
+    """--gradients or --no-gradients as given; neither: wherever the function's framework differentiates."""
+    return differentiable if asked is None else asked
+
+
 def check_tasks(args: argparse.Namespace) -> list[CellTask]:
     """The cells of one `check`: every device of the framework (or --devices), every dtype asked for; with
     --sharded, every mesh of the engine too. Raises LoadError when the target does not load."""
@@ -385,11 +394,13 @@ def check_tasks(args: argparse.Namespace) -> list[CellTask]:
             available_adapter(engine.framework)
             load_target(args.target)
             spec = check_spec(args, engine.framework)
+            differentiable = engine.gradients
         else:
             spec = check_spec(args, args.framework)
+            differentiable = build_subject(spec).adapter.differentiable
         devices = engine.devices(spec)
         tasks = plan_sharded_cells(spec, engine.name, args.dtypes, args.devices, args.max_examples, args.seed,
-                                   args.gradients, _split_gradient_examples(args))
+                                   _gradients(args.gradients, differentiable), _split_gradient_examples(args))
     elif args.sharded:
         if args.max_examples is None:
             args.max_examples = SHARDED_EXAMPLES
@@ -398,14 +409,15 @@ def check_tasks(args: argparse.Namespace) -> list[CellTask]:
         load_target(args.target)
         spec = check_spec(args, engine.framework)
         tasks = plan_sharded_cells(spec, engine.name, args.dtypes, args.devices, args.max_examples, args.seed,
-                                   args.gradients, _split_gradient_examples(args))
+                                   _gradients(args.gradients, engine.gradients), _split_gradient_examples(args))
         devices = engine.devices(spec)
     else:
         spec = check_spec(args, args.framework)
-        devices = build_subject(spec).adapter.devices()
+        adapter = build_subject(spec).adapter
+        devices = adapter.devices()
         gradient_examples = _gradient_examples(args)  # resolves the default --max-examples too
         tasks = plan_cells([(spec, devices)], args.dtypes, args.devices, args.max_examples, args.seed,
-                           args.gradients, gradient_examples)
+                           _gradients(args.gradients, adapter.differentiable), gradient_examples)
     if not tasks:
         raise LoadError(no_matching_device(args.devices or [], {args.sharded or args.framework: devices}))
     return tasks
@@ -477,7 +489,8 @@ def check(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m fuzz` and the installed `lossnorm-fuzz`: the exit status of the command."""
+    """`python -m fuzz` and the installed `lossnorm-fuzz`: the exit status of the command (`entry_point` ends the
+    process with it)."""
     prepare_process()  # the frameworks' process settings, before any is imported (workers inherit them)
     prog = "python -m fuzz" if argv is None and sys.argv[0].endswith("__main__.py") else "lossnorm-fuzz"
     args = parse(sys.argv[1:] if argv is None else argv, prog)  # usage errors exit 2 here (argparse)
@@ -492,3 +505,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("internal error: the fuzzer itself failed (exit 3), which says nothing about the implementation; "
               "please report it with the traceback above", file=sys.stderr)
         return INTERNAL_ERROR
+
+
+def entry_point() -> NoReturn:
+    """The process of `python -m fuzz` and of the installed `lossnorm-fuzz`: main's status, and the process ended
+    without the interpreter's teardown (fuzz.run.processes.exit_without_teardown)."""
+    exit_without_teardown(main())

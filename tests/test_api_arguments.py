@@ -23,6 +23,8 @@ GOOD = "impls.numpy_impl:sequence_vs_token_normalization"
     ({"max_examples": 0}, ValueError, "max_examples must be a positive int, got 0"),
     ({"workers": 0}, ValueError, "workers must be a positive int, got 0"),
     ({"seed": "abc"}, TypeError, "seed must be an int, got str 'abc'"),
+    ({"gradients": "yes"}, TypeError, "gradients must be True, False or None (wherever the framework differentiates), "
+     "got str 'yes'"),
     ({"timeout": -1}, ValueError, "timeout must be a positive number of seconds, got -1"),
     ({"timeout": "10"}, TypeError, "timeout must be a positive number of seconds, got str '10'"),
     ({"dtypes": ["float8"]}, ValueError, "dtypes must be a non-empty subset of"),
@@ -147,3 +149,17 @@ def test_the_in_process_form_is_refused_on_ranks_before_any_rank_starts():
                                                   "fn(token_losses, token_mask, *, step_masks, group, "
                                                   "accumulation_steps): missing a required argument: 'num_tokens'")):
         check(_in_process_form, framework="torch", reduction="token-mean", accumulation=True, ranks=True)
+
+
+def test_gradients_are_checked_by_default_wherever_the_framework_differentiates():
+    forward_only = check(GOOD, framework="numpy", dtypes=["float32"], max_examples=2)
+    assert [cell.check for cell in forward_only.cells] == ["forward"]
+    with pytest.raises(ValueError, match="gradients=True needs autograd, and numpy has none"):
+        check(GOOD, framework="numpy", gradients=True)
+    pytest.importorskip("torch")
+    both = check("impls.torch_eager:sequence_vs_token_normalization", framework="torch", dtypes=["float32"],
+                 max_examples=2, gradient_examples=2)
+    assert sorted(cell.check for cell in both.cells) == ["forward", "gradients"] and both.ok
+    told = check("impls.torch_eager:sequence_vs_token_normalization", framework="torch", dtypes=["float32"],
+                 max_examples=2, gradients=False)
+    assert [cell.check for cell in told.cells] == ["forward"]

@@ -69,6 +69,37 @@ def test_usage_errors_exit_2():
     assert jobs.returncode == 2 and "argument --jobs: must be a positive integer" in jobs.stderr
 
 
+REDUCTION = ["--reduction", "token-mean", "--dtypes", "float32"]
+BOTH = {"forward", "gradients"}
+
+
+@pytest.mark.parametrize(("command", "checks"), [
+    (["impls.torch_eager_reduction:loss_reduction", "--framework", "torch", *REDUCTION], BOTH),
+    (["impls.torch_eager_reduction:loss_reduction", "--framework", "torch-compile", *REDUCTION], BOTH),
+    (["impls.jax_jit_reduction:loss_reduction", "--framework", "jax", *REDUCTION], BOTH),
+    (["impls.torch_eager_reduction:loss_reduction", "--framework", "torch", "--no-gradients", *REDUCTION],
+     {"forward"}),
+    (["impls.numpy_reduction:loss_reduction", "--framework", "numpy", *REDUCTION], {"forward"}),
+    (["impls.array_api_reduction:loss_reduction", "--framework", "array-api", *REDUCTION], {"forward"}),
+    (["impls.torch_eager_accumulation:chunk_loss", "--framework", "torch", "--accumulation", *REDUCTION], BOTH),
+    (["impls.torch_distributed:sequence_vs_token_normalization", "--sharded", "torch", "--dtypes", "float32"], BOTH),
+], ids=["torch", "torch-compile", "jax", "no-gradients", "numpy", "array-api", "accumulation", "sharded"])
+def test_gradients_are_checked_by_default_wherever_the_framework_differentiates(command, checks):
+    """A loss is there to be differentiated: `check` fuzzes the backward too, unless told --no-gradients, wherever
+    the framework has autograd (the cells planned here, none run)."""
+    from fuzz.cli import check_parser, check_tasks
+
+    framework = command[command.index("--framework") + 1] if "--framework" in command else "torch"
+    pytest.importorskip({"torch-compile": "torch", "array-api": "array_api_compat"}.get(framework, framework))
+    assert {task.check for task in check_tasks(check_parser().parse_args(command))} == checks
+
+
+def test_gradients_asked_of_a_framework_without_autograd_are_refused():
+    result = run_fuzz("check", "impls.numpy_reduction:loss_reduction", "--framework", "numpy", "--reduction",
+                      "token-mean", "--gradients")
+    assert result.returncode == 2 and "--gradients needs autograd, and numpy has none" in result.stderr
+
+
 NUMPY_SCALAR_LOSSES = """
         import numpy as np
         def token_mean(losses, mask):  # NumPy's own reductions return a NumPy scalar (np.float32), not a 0-d array
@@ -451,7 +482,8 @@ def test_compiled_code_is_cached_in_the_users_cache_folder_not_the_working_direc
     work.mkdir()
     result = subprocess.run([sys.executable, "-m", "fuzz", "check", "impls.jax_jit_reduction:loss_reduction",
                              "--framework", "jax", "--reduction", "token-mean", "--dtypes", "float32",
-                             "--max-examples", "3"], cwd=work, capture_output=True, text=True, timeout=600,
+                             "--max-examples", "3", "--no-gradients"], cwd=work, capture_output=True, text=True,
+                            timeout=600,
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(cache)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert list((cache / "lossnorm-difftest" / "jax").iterdir()), "nothing compiled was cached"

@@ -54,7 +54,7 @@ def test_the_wheel_holds_every_tracked_module_of_the_four_packages_and_one_comma
     tracked = {name for name in tracked_files() if name.endswith(".py") and PurePosixPath(name).parts[0] in PACKAGES}
     installed = {name for name in names if name.endswith(".py")}
     assert installed == tracked
-    assert "[console_scripts]\nlossnorm-fuzz = fuzz.cli:main" in entry_points
+    assert "[console_scripts]\nlossnorm-fuzz = fuzz.cli:entry_point" in entry_points
 
 
 def test_the_installed_wheel_runs_from_outside_the_checkout(wheel, tmp_path):

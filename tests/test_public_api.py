@@ -42,7 +42,8 @@ def test_our_normalization_conforms_forward_and_backward():
 
 
 def test_a_bug_fails_with_the_shrunk_case_and_a_snippet():
-    report = check(normalize_by_padded_length, framework="torch", dtypes=["float32"], max_examples=50, seed=0)
+    report = check(normalize_by_padded_length, framework="torch", dtypes=["float32"], max_examples=50, seed=0,
+                   gradients=False)
     assert not report.ok
     failure = report.failures[0]
     assert failure.kind == "token_averaged out of tolerance" and "token_averaged" in failure.message
@@ -57,7 +58,7 @@ def sleeps(token_log_probs, advantages, token_mask):
 
 def test_a_function_that_hangs_fails_instead_of_hanging_ci():
     started = time.monotonic()
-    report = check(sleeps, framework="torch", dtypes=["float32"], timeout=1)
+    report = check(sleeps, framework="torch", dtypes=["float32"], timeout=1, gradients=False)
     assert time.monotonic() - started < 10
     assert [failure.kind for failure in report.failures] == ["call timed out"]
     assert "sleeps(token_log_probs, advantages, token_mask)" in report.failures[0].snippet
@@ -68,7 +69,7 @@ def interrupts(token_log_probs, advantages, token_mask):
 
 
 def test_a_keyboard_interrupt_from_the_function_is_its_failure_not_a_stop_of_the_run():
-    report = check(interrupts, framework="torch", dtypes=["float32"], max_examples=5)
+    report = check(interrupts, framework="torch", dtypes=["float32"], max_examples=5, gradients=False)
     assert [failure.kind for failure in report.failures] == ["raised KeyboardInterrupt"]
     assert "raise KeyboardInterrupt" in report.cells[0].traceback
 
@@ -79,14 +80,16 @@ def raises_its_own_error(token_log_probs, advantages, token_mask):
 
 @pytest.mark.parametrize("workers", [None, 1])
 def test_a_traceback_starts_at_the_function_not_in_the_suites_calling_code(workers):
-    report = check(raises_its_own_error, framework="torch", dtypes=["float32"], max_examples=5, workers=workers)
+    report = check(raises_its_own_error, framework="torch", dtypes=["float32"], max_examples=5, workers=workers,
+                   gradients=False)
     frames = report.cells[0].traceback.splitlines()
     assert frames[0] == "Traceback (most recent call last):"
     assert frames[1].startswith(f'  File "{__file__}"') and frames[1].endswith("in raises_its_own_error"), frames
 
 
 def test_workers_keep_the_function_out_of_this_process():
-    report = check(normalize_by_padded_length, framework="torch", dtypes=["float32"], max_examples=20, workers=1)
+    report = check(normalize_by_padded_length, framework="torch", dtypes=["float32"], max_examples=20, workers=1,
+                   gradients=False)
     assert not report.ok and report.failures[0].kind == "token_averaged out of tolerance"
 
 

@@ -5,14 +5,16 @@ fork server (Windows), children are spawned: they import those modules themselve
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing
 import multiprocessing.forkserver
 import multiprocessing.util
 import os
 import signal
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 
 def start_fork_server(preload: Sequence[str]) -> tuple[Any, bool]:
@@ -69,3 +71,17 @@ def stop_fork_server() -> None:
         if address and not multiprocessing.util.is_abstract_socket_namespace(address):
             os.unlink(address)
     server._forkserver_alive_fd = server._forkserver_address = server._forkserver_pid = None
+
+
+def exit_without_teardown(code: int) -> NoReturn:
+    """End a command's process with status `code`, as a normal exit would in all that a caller sees (the atexit
+    handlers run, the output is flushed) but without the interpreter's teardown, which destroys every module's
+    objects one by one: 0.7 s with torch loaded on a 2-core machine, after the verdict is out. The fork server, idle
+    now (every child has ended), is stopped at once for the same reason: left to exit by itself when this process
+    ends, it would spend as long in its own teardown, holding the output pipes a caller waits on."""
+    atexit._run_exitfuncs()  # what a normal exit runs first: multiprocessing's clean-up, temporary folders, logging
+    stop_fork_server()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader that closed the pipe: the rest goes nowhere
+            stream.flush()
+    os._exit(code)
