@@ -43,7 +43,7 @@ class Failure:
 @dataclass
 class Verdict:
     """What one example showed: failures (empty when it conforms), the worst err/tol per output and the
-    worst error in units in the last place of the output dtype."""
+    worst error in units in the last place of the input dtype."""
 
     failures: list[Failure] = field(default_factory=list)
     error_ratios: dict[str, float] = field(default_factory=dict)

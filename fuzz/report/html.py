@@ -358,7 +358,7 @@ def _matrix(cells: Sequence[dict[str, Any]]) -> list[str]:
     return _section("matrix", "Conformance matrix", [
         _heat_legend(), f'<div class="matrix-grid">{heatmap(cells)}{details}</div>'],
         "Each cell: the worst error over tolerance across every check (≤ 1 conforms), examples run and the worst "
-        "error in units in the last place of the output dtype.")
+        "error in units in the last place of the input dtype.")
 
 
 # ------------------------------------------------------------------------------------------- fuzz: bugs

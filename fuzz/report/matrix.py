@@ -40,7 +40,7 @@ def render_matrix(results: Sequence[CellResult], dtypes: Sequence[str], notes: d
             lines.append("  ".join("-" * width for width in widths) + "  " + "-" * 7)
     precisions = sorted({cell.precision for cell in results if cell.applicable})
     lines.append("cells: examples run, worst error/tolerance over all checks (<= 1 conforms), worst error in "
-                 "units in the last place of the output dtype; n/a: not applicable; precision: "
+                 "units in the last place of the input dtype; n/a: not applicable; precision: "
                  + ", ".join(precisions))
     lines.append(_determinism_note(results))
     return "\n".join(lines)

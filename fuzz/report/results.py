@@ -37,7 +37,7 @@ class CellResult:
     check: str  # "forward", "gradients", or a sharded row ("sharded 2x2 gradients")
     examples: int = 0
     worst: float = 0.0
-    worst_ulps: float = 0.0  # the worst error in units in the last place of the output dtype
+    worst_ulps: float = 0.0  # the worst error in units in the last place of the input dtype
     deterministic: bool | None = None  # every example's two calls gave the same bits (None: not tried)
     seconds: float = 0.0
     layouts: tuple[str, ...] = ()

@@ -120,7 +120,7 @@ def summary(results: Sequence[CellResult]) -> list[str]:
                 "autograd, or a dtype the implementation lacks): n/a in the matrix." if skipped else ""),
              ("cells: failing/checked where one fails; " if failing else "")
              + "err/tol: worst error over tolerance of the conforming cells (<= 1 conforms); worst ulp: in units in "
-             "the last place of the output dtype; deterministic: two calls on the same inputs gave the same bits "
+             "the last place of the input dtype; deterministic: two calls on the same inputs gave the same bits "
              "(~: not, which is no failure). The whole matrix: --matrix, --json, --html."]
     return [header, "-" * len(header), *body, *(wrapped for note in notes for wrapped in wrap(note))]
 
