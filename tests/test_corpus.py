@@ -46,7 +46,8 @@ def _param(path: Path, meta: dict[str, str]):
 
 def _run_check(path: Path, framework: str, meta: dict, **options):
     """What `check PATH:loss_normalization --framework F` (and the file's declared contract) does, with its
-    defaults (40 forward and 20 gradient examples per cell, seed 0), through the Python API in this process:
+    defaults (40 forward and 20 gradient examples per cell where the framework differentiates, seed 0), through
+    the Python API in this process:
     pytest-xdist already spreads the tests over the cores, and a worker process per check would import the
     frameworks again each time."""
     return list(check(f"{path}:{FUNCTION}", framework=framework, **check_options(meta), **options).cells)
@@ -91,7 +92,8 @@ def test_check_tells_bugs_from_correct_code(path, meta, tmp_path, record_propert
     if expect == "reject":
         cells = _run_check(path, framework, meta, fail_fast=True)
         assert any(not cell.ok for cell in cells), f"{path.name}: no counterexample found"
-        failing = next(cell for cell in cells if not cell.ok)
+        failing = next(cell for cell in cells if not cell.ok)  # forward cells run first, gradient cells after them
+        assert "gradients" not in failing.check, f"{path.name}: found by its gradients only: {failing.failures}"
         assert failing.snippet and "= " in failing.snippet and "assert" in failing.snippet
         _assert_snippet_fails_on_its_own(failing.snippet, tmp_path)
         if meta.get("EXPLAINS"):  # the report names the bug in the contract's terms

@@ -59,6 +59,8 @@ def test_check_sharded_tells_bugs_from_correct_code(path, meta, tmp_path):
         cells = _check(path, engine, "--fail-fast")
         failing = [cell for cell in cells if not cell.ok]
         assert failing, f"{path.name}: no counterexample at the default budget"
+        # its forward cells run first (one worker, in plan order), the gradient cells after them
+        assert "gradients" not in failing[0].check, f"{path.name}: found by its gradients only"
         snippet = failing[0].snippet
         assert "torch.multiprocessing.spawn" in snippet if engine == "torch" else "jax.shard_map" in snippet
         # The snippet launches its own ranks and fails while the bug is there.
