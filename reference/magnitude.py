@@ -319,6 +319,10 @@ def _row_terms(gradients: Gradients, cotangents: dict[str, np.ndarray], dtype: s
     kink = np.zeros(batch, bool)
     peak = 0.0
     n_, d_ = expected.numerator, expected.denominator
+    if d_ > 0:
+        # The backward forms the ratio's derivative through D whatever its cotangent, 0 included (0 * inf is NaN):
+        # N / D^2 in torch's (N / D) / D, 1 / D^2 in JAX's y ** -2
+        peak = max(n_ / (d_ * d_), 1 / (d_ * d_))
     if d_ > 0 and c_ratio > 0:
         through_n = c_ratio / d_
         through_d = c_ratio * n_ / (d_ * d_ * safe_counts)
@@ -335,7 +339,7 @@ def _row_terms(gradients: Gradients, cotangents: dict[str, np.ndarray], dtype: s
         else:  # exact worst cases: |1/D' - 1/D| <= dD / (D (D - dD)); N'/D'^2 <= (N + dN) / (D - dD)^2
             rho_d, rho_n = d_denominator / (d_ - d_denominator), d_numerator / n_
             propagated = through_n * rho_d + through_d * ((1 + rho_n) * (1 + rho_d) ** 2 - 1)
-        peak = max(through_n, c_ratio * n_ / (d_ * d_), n_ / (d_ * d_), float(np.max(through_d, initial=0.0)))
+        peak = max(peak, through_n, c_ratio * n_ / (d_ * d_), float(np.max(through_d, initial=0.0)))
     scale = np.abs(gradients.input_advantages) + np.abs(expected.selected_sums)
     peak = max(peak, float(np.max(terms * np.maximum(scale, 1.0), initial=0.0)))
     return _RowGradientTerms(terms, through_n, through_d, kink, propagated, peak), bounds
@@ -410,7 +414,8 @@ def backward_overflow(gradients: Gradients, cotangents: dict[str, np.ndarray], d
     if row.peak * (1 + float(gamma(backward, unit_roundoff(dtype)))) < largest(dtype):
         return None
     return (f"the backward overflowed {dtype}: an exact intermediate of it reaches {row.peak:.3g} (the ratio's "
-            f"derivative through D is N / D^2 times its cotangent), beyond {dtype}'s largest value "
+            f"derivative through D, N / D^2 times its cotangent, formed as N / D^2 or 1 / D^2 whatever the "
+            f"cotangent), beyond {dtype}'s largest value "
             f"{largest(dtype):.6g}; compute the ratio (or the whole function) in float32 and cast the outputs")
 
 

@@ -89,6 +89,22 @@ def test_a_float16_backward_that_overflows_is_reported_as_an_overflow():
     assert check_gradients(_subject(_plain_half_precision(), "torch"), case16, cotangents, exact16).ok
 
 
+def test_a_float16_backward_that_overflows_under_a_zero_ratio_cotangent_is_an_overflow_too():
+    """The ratio's cotangent is 0, yet the backward forms N / D^2 (torch's (N / D) / D; JAX's 1 / D^2): past
+    float16's range it is inf, and 0 * inf is NaN. That is the dtype's limit, found by a 10x run of the plain
+    float16 solution (tests/corpus/torch_plain_input_dtype.py), not a bug of the formula."""
+    pytest.importorskip("torch")
+    case = Case(np.array([[0.00048279762268066406, 0.004535675048828125, 420.5]]),
+                np.array([0.004131317138671875]), np.array([[True, False, False]]), dtype="float16")
+    cotangents = complete_cotangents({"sequence_summed": np.array([0.125732421875]),
+                                      "token_averaged": np.array([-0.132080078125]),
+                                      "magnitude_ratio": np.array(0.0)}, 1)
+    exact = vjp(case.token_log_probs, case.advantages, case.token_mask, cotangents)
+    verdict = check_gradients(_subject(_plain_half_precision(), "torch"), case, cotangents, exact)
+    assert verdict.kind == GRADIENT_OVERFLOW, verdict.failures
+    assert "formed as N / D^2 or 1 / D^2 whatever the cotangent" in str(verdict.failures[0])
+
+
 def test_any_subgradient_of_abs_at_its_kink_is_accepted():
     """jnp.abs differentiates to 1 at 0, torch.abs to 0: a row with A_i = 0 takes either."""
     pytest.importorskip("jax")
@@ -187,24 +203,6 @@ def test_a_nan_float16_gradient_from_an_epsilon_guard_names_the_epsilon_too():
     assert "guarded by a where" in message and "or by an epsilon (1 / (0 + 1e-8) is 1e8" in message, message
     assert "epsilon" not in _non_finite("d token_losses", nan, None, mask, "bfloat16")[1]
     assert "epsilon" not in _non_finite("d token_losses", nan, None, np.array([[True]]), "float16")[1]
-
-
-def _epsilon_guarded_mean(token_losses, token_mask):
-    """NeMo-RL's masked_mean and torchtune's GRPOLoss: the mask multiplied in, the count guarded by an epsilon."""
-    return (token_losses * token_mask.to(token_losses.dtype)).sum() / (token_mask.sum() + 1e-8)
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_a_float16_backward_that_overflows_on_an_empty_selection_is_found_at_the_default_budget(seed):
-    """Its forward conforms (float32 loss, finite padding declared); only the float16 backward fails, on a batch with
-    nothing selected, and a gradient cell tries that case first, whatever the seed."""
-    from fuzz import check
-
-    pytest.importorskip("torch")
-    report = check(_epsilon_guarded_mean, framework="torch", reduction="token-mean", masked_values="finite",
-                   dtypes=["float16"], seed=seed)
-    assert [(cell.check, cell.ok) for cell in report.cells] == [("forward", True), ("gradients", False)]
-    assert any("or by an epsilon" in failure.message for failure in report.failures), str(report)
 
 
 def _float32_chunk_loss(token_losses, token_mask, *, num_tokens, num_sequences, dp_size, accumulation_steps):

@@ -100,17 +100,3 @@ def test_the_draws_do_not_depend_on_the_constants_in_other_code(tmp_path):
     assert _draws("wide integers") != _draws("wide integers", str(tmp_path))  # the mechanism, shown
     assert _draws("cases") == _draws("cases", str(tmp_path))
 
-
-def test_a_gradient_cells_draws_begin_with_nothing_selected_in_a_nonempty_batch():
-    """Hypothesis' first example makes every first choice: in a gradient cell that is a 1 x 1 batch whose one token
-    is masked (an empty selection's division is where backward passes go NaN); the kinds drawn are the same."""
-    from fuzz.judge.draws import (
-        GRADIENT_MASK_MENU,
-        GRADIENT_SHAPE_KIND_MENU,
-        MASK_MENU,
-        SHAPE_KIND_MENU,
-        SQUARE_SIZES,
-    )
-
-    assert (GRADIENT_SHAPE_KIND_MENU[0], SQUARE_SIZES[0], GRADIENT_MASK_MENU[0]) == ("batch == tokens", 1, "all false")
-    assert set(GRADIENT_SHAPE_KIND_MENU) == set(SHAPE_KIND_MENU) and set(GRADIENT_MASK_MENU) == set(MASK_MENU)

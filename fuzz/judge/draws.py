@@ -81,15 +81,6 @@ def _weighted(kinds: Sequence[str], weights: dict[str, int]) -> tuple[str, ...]:
 
 SHAPE_KIND_MENU = _weighted(SHAPE_KINDS, {"general": 3, "one long row": 2})
 MASK_MENU = _weighted(MASK_KINDS, {"random density": 2, "prefix lengths": 2})
-# A gradient cell has half a forward cell's examples, and the backward's own bugs mostly live where a selection is
-# empty: a division by an empty row's or batch's count, guarded by a where or an epsilon, whose inf meets the mask's
-# 0 on the way back (NaN; in float16 even 1 / (0 + 1e-8) overflows). Its menus put that case first, where Hypothesis
-# begins (its first example makes every first choice: a 1 x 1 batch, nothing selected, the cotangent 1), so every
-# gradient cell tries it; and they draw such masks more often after it (a whole batch with nothing selected in about
-# one example in four, against one in six).
-GRADIENT_SHAPE_KIND_MENU = ("batch == tokens", *(kind for kind in SHAPE_KIND_MENU if kind != "batch == tokens"))
-GRADIENT_MASK_MENU = _weighted(("all false", *(kind for kind in MASK_KINDS if kind != "all false")),
-                               {"random density": 2, "prefix lengths": 2, "some rows empty": 2, "all false": 2})
 
 # An engine's cells (a batch split over ranks or micro-batches) have few examples each, and a split only tests its
 # collectives where several ranks hold rows with selected tokens and a nonzero cotangent crosses them: their
@@ -101,12 +92,11 @@ SPLIT_BATCH_SIZES = (4, 2, 3, 8, 16)
 SPLIT_TOKEN_SIZES = (7, 3, 16, 33, 300, 1)
 SPLIT_MASK_MENU = ("all true", "random density", "random density", "prefix lengths", "prefix lengths",
                    "some rows empty", "single token")
-EMPHASES = ("any", "splits", "gradients")
+EMPHASES = ("any", "splits")
 
 
 def draw_shape(draw: Draw, emphasis: str = "any") -> tuple[int, int]:
-    menu = {"splits": SPLIT_SHAPE_MENU, "gradients": GRADIENT_SHAPE_KIND_MENU}.get(emphasis, SHAPE_KIND_MENU)
-    kind = draw(choice(menu), "shape kind")
+    kind = draw(choice(SPLIT_SHAPE_MENU if emphasis == "splits" else SHAPE_KIND_MENU), "shape kind")
     if kind == "general" and emphasis == "splits":
         return draw(choice(SPLIT_BATCH_SIZES), "batch"), draw(choice(SPLIT_TOKEN_SIZES), "tokens")
     if kind == "tiny":
@@ -165,8 +155,7 @@ def draw_case(
     """Draw one Case of `contract` (the default one if None); `draw(strategy, label)` is Hypothesis' draw with a
     label for the story. `masked_values`: "any" puts finite, huge, -inf or NaN values at masked positions;
     "finite" only finite ones (for code whose padding is finite by construction). `emphasis`: "splits" for an
-    engine's cells (see SPLIT_SHAPE_MENU), "gradients" for a gradient cell's (see GRADIENT_MASK_MENU): the same
-    kinds of cases, in other proportions."""
+    engine's cells (see SPLIT_SHAPE_MENU)."""
     contract = contract or DEFAULT_CONTRACT
     story: list[tuple[str, object]] = []
 
@@ -189,8 +178,7 @@ def draw_case(
 
     batch, tokens = draw_shape(labelled, emphasis)
     token_kinds = {spec.name: labelled(choice(kinds(spec.name)), menus[spec.name].label) for spec in token_inputs}
-    mask_menu = {"splits": SPLIT_MASK_MENU, "gradients": GRADIENT_MASK_MENU}.get(emphasis, MASK_MENU)
-    mask_kind = labelled(choice(mask_menu), "mask")
+    mask_kind = labelled(choice(SPLIT_MASK_MENU if splits else MASK_MENU), "mask")
     density = labelled(choice((0.7, 0.05, 0.5, 0.95)), "mask density")
     padding_kind = labelled(choice(PADDING_KINDS if masked_values == "any" else PADDING_KINDS[:2]),
                             "masked-out values")

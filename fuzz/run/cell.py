@@ -171,7 +171,7 @@ def fuzz_task(subject: Subject, task: CellTask, watcher: Watcher) -> CellResult:
     try:
         cell = fuzz_cell(watch_subject(subject, watcher), dtype=task.dtype, device=task.device,
                          layouts=subject.adapter.layouts, max_examples=task.examples, seed=task.seed,
-                         check=task.check, emphasis="gradients" if task.check == "gradients" else "any",
+                         check=task.check,
                          example_check=gradient_example if task.check == "gradients" else forward_example)
     except CallTimedOut as stopped:
         cell = interrupted_cell(snippet_source(subject), task, stopped.call, timed_out(stopped.seconds, stopped.call),
