@@ -99,4 +99,3 @@ def test_the_draws_do_not_depend_on_the_constants_in_other_code(tmp_path):
         "".join(f"C{k} = {k * 7919 + 12345}\n" for k in range(400)))
     assert _draws("wide integers") != _draws("wide integers", str(tmp_path))  # the mechanism, shown
     assert _draws("cases") == _draws("cases", str(tmp_path))
-
