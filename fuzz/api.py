@@ -30,7 +30,7 @@ from fuzz.report.terminal import bugs, joined, summary
 from fuzz.report.texts import for_terminal
 from fuzz.run.calls import DEFAULT_TIMEOUT, ThreadWatcher
 from fuzz.run.cell import fuzz_task
-from fuzz.run.plan import default_gradient_examples, no_dtype_held, plan_cells
+from fuzz.run.plan import default_gradient_examples, gradients_checked, no_dtype_held, plan_cells
 from fuzz.run.subjects import (
     FRAMEWORK_CHOICES,
     MASKED_VALUES,
@@ -213,7 +213,7 @@ def check(
     differentiable = adapter.differentiable if subject is None else subject.has_gradients
     if gradients and not differentiable:
         raise ValueError(f"gradients=True needs autograd, and {framework} has none")
-    gradients = differentiable if gradients is None else gradients
+    gradients = gradients_checked(gradients, differentiable)
     if reason := no_dtype_held(framework, dtypes, adapter.dtypes if subject is None else subject.supported_dtypes):
         raise ValueError(f"dtypes: {reason}")
     if gradient_examples is None:

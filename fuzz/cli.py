@@ -25,7 +25,7 @@ from fuzz.report.matrix import render_matrix
 from fuzz.report.results import CellResult
 from fuzz.report.terminal import bugs, joined, summary, wrap
 from fuzz.run.calls import DEFAULT_TIMEOUT
-from fuzz.run.plan import CellTask, default_gradient_examples, no_dtype_held, plan_cells
+from fuzz.run.plan import CellTask, default_gradient_examples, gradients_checked, no_dtype_held, plan_cells
 from fuzz.run.processes import exit_without_teardown
 from fuzz.run.subjects import (
     FRAMEWORK_CHOICES,
@@ -378,11 +378,6 @@ def check_spec(args: argparse.Namespace, framework: str) -> SubjectSpec:
                           masked_values=args.masked_values)
 
 
-def _gradients(asked: bool | None, differentiable: bool) -> bool:
-    """--gradients or --no-gradients as given; neither: wherever the function's framework differentiates."""
-    return differentiable if asked is None else asked
-
-
 def check_tasks(args: argparse.Namespace) -> list[CellTask]:
     """The cells of one `check`: every device of the framework (or --devices), every dtype asked for; with
     --sharded, every mesh of the engine too. Raises LoadError when the target does not load."""
@@ -400,7 +395,7 @@ def check_tasks(args: argparse.Namespace) -> list[CellTask]:
             differentiable = build_subject(spec).adapter.differentiable
         devices = engine.devices(spec)
         tasks = plan_sharded_cells(spec, engine.name, args.dtypes, args.devices, args.max_examples, args.seed,
-                                   _gradients(args.gradients, differentiable), _split_gradient_examples(args))
+                                   gradients_checked(args.gradients, differentiable), _split_gradient_examples(args))
     elif args.sharded:
         if args.max_examples is None:
             args.max_examples = SHARDED_EXAMPLES
@@ -409,7 +404,7 @@ def check_tasks(args: argparse.Namespace) -> list[CellTask]:
         load_target(args.target)
         spec = check_spec(args, engine.framework)
         tasks = plan_sharded_cells(spec, engine.name, args.dtypes, args.devices, args.max_examples, args.seed,
-                                   _gradients(args.gradients, engine.gradients), _split_gradient_examples(args))
+                                   gradients_checked(args.gradients, engine.gradients), _split_gradient_examples(args))
         devices = engine.devices(spec)
     else:
         spec = check_spec(args, args.framework)
@@ -417,7 +412,7 @@ def check_tasks(args: argparse.Namespace) -> list[CellTask]:
         devices = adapter.devices()
         gradient_examples = _gradient_examples(args)  # resolves the default --max-examples too
         tasks = plan_cells([(spec, devices)], args.dtypes, args.devices, args.max_examples, args.seed,
-                           _gradients(args.gradients, adapter.differentiable), gradient_examples)
+                           gradients_checked(args.gradients, adapter.differentiable), gradient_examples)
     if not tasks:
         raise LoadError(no_matching_device(args.devices or [], {args.sharded or args.framework: devices}))
     return tasks

@@ -38,11 +38,32 @@ LONG_ROW_SIZES = (512, 1031, 4096)
 SQUARE_SIZES = tuple(sorted(set(BATCH_SIZES) & set(TOKEN_SIZES)))  # the "batch == tokens" kind
 
 
-BOOLEANS = st.booleans()
+# The value each draw takes in a fixed case (fuzz.judge.anchors) where the case does not name it: Hypothesis'
+# simplest, the one it starts from and shrinks toward (a menu's first entry, the integer nearest 0, False, seed 0).
+# Keyed by the strategy object: only strategies built once and kept (the constants below, `choice`, `integers`).
+_SIMPLEST: dict[int, Any] = {}
+
+
+def _with_simplest(strategy: st.SearchStrategy, value: Any) -> st.SearchStrategy:
+    _SIMPLEST[id(strategy)] = value
+    return strategy
+
+
+def simplest(strategy: st.SearchStrategy, label: str) -> Any:
+    """The simplest value of a strategy built by this module (see _SIMPLEST); a TypeError naming the draw's label
+    for any other."""
+    try:
+        return _SIMPLEST[id(strategy)]
+    except KeyError:
+        raise TypeError(f"the draw {label!r} has no known simplest value: draw it from choice(), integers(), "
+                        "BOOLEANS or SEEDS") from None
+
+
+BOOLEANS = _with_simplest(st.booleans(), False)
 # A value seed, drawn as 4 bytes, not as a wide integer: Hypothesis draws a wide integer from the constants in
 # the source of whatever local modules are loaded (its "local constants", 5% of draws), so the same --seed would
 # draw other cases as the project's code, or the user's, changes; bytes have no such constants.
-SEEDS = st.binary(min_size=4, max_size=4).map(lambda raw: int.from_bytes(raw, "little"))
+SEEDS = _with_simplest(st.binary(min_size=4, max_size=4).map(lambda raw: int.from_bytes(raw, "little")), 0)
 
 Draw = Callable[[st.SearchStrategy, str], Any]
 
@@ -62,13 +83,13 @@ def drawer(data: st.DataObject) -> Draw:
 def choice(values: tuple[Any, ...]) -> st.SearchStrategy:
     """`st.sampled_from(values)`, built once per menu: Hypothesis caches what it learns about a strategy on the
     object (its label, whether it can be empty), so a fresh one per draw costs more than the draw itself."""
-    return st.sampled_from(values)
+    return _with_simplest(st.sampled_from(values), values[0])
 
 
 @functools.cache
 def integers(low: int, high: int) -> st.SearchStrategy:
     """`st.integers(low, high)`, built once (as `choice`)."""
-    return st.integers(low, high)
+    return _with_simplest(st.integers(low, high), min(max(0, low), high))
 
 
 def _weighted(kinds: Sequence[str], weights: dict[str, int]) -> tuple[str, ...]:
@@ -121,6 +142,10 @@ def _flush_subnormals(values: np.ndarray, dtype: str) -> np.ndarray:
 
 
 DENSITY_MASKS = ("random density", "some rows empty")  # the mask kinds that read the drawn density
+# A mask no draw picks, for the fixed cases (fuzz.judge.anchors): the rows' counts spread evenly from 0 to every
+# token, one count per row, rows and positions shuffled. Rows of different counts are what make a ratio of sums
+# and of means, or a mean of row means, depend on every selected value.
+MIXED_LENGTHS = "mixed lengths, 0 to all"
 
 
 def _mask(rng: np.random.Generator, kind: str, shape: tuple[int, int], density: float) -> np.ndarray:
@@ -136,6 +161,10 @@ def _mask(rng: np.random.Generator, kind: str, shape: tuple[int, int], density: 
         if tokens:
             mask[np.arange(batch), rng.integers(0, tokens, batch)] = True
         return mask
+    if kind == MIXED_LENGTHS:
+        lengths = rng.permutation(np.round(np.linspace(0, tokens, batch)).astype(int))
+        return np.array([np.isin(np.arange(tokens), rng.permutation(tokens)[:length]) for length in lengths],
+                        bool).reshape(shape)
     mask = rng.random(shape) < density
     if kind == "some rows empty":
         mask[rng.random(batch) < 0.5] = False

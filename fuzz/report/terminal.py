@@ -172,7 +172,8 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
             lines += ["", *wrap(f"=== FAIL {title} ===")]
             lines += [line for failure in bug.failures for line in wrap(f"- {for_terminal(failure)}", indent="  ")]
             if story:
-                lines += wrap(f"minimal case: {story}", indent="  ")
+                fixed = any(label == "fixed case" for label, _ in bug.story)  # an anchor: checked as it is
+                lines += wrap(f"{'case' if fixed else 'minimal case'}: {story}", indent="  ")
             if bug.traceback:
                 lines += _traceback(bug)
             lines += _snippet_lines(bug, snippet_folder)

@@ -13,10 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
+from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
+from fuzz.judge.anchors import GRADIENT_ANCHORS, Anchor, AnchorDraws
 from fuzz.judge.draws import choice, draw_case, drawer
 from fuzz.judge.example import check_example
 from fuzz.judge.forward import failed_on_the_second_call
@@ -95,9 +96,11 @@ def forward_example(subject: Subject, case: Case, data: st.DataObject, repeat: b
 
 def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[str], max_examples: int, seed: int,
               check: str = "forward", example_check: ExampleCheck = forward_example,
-              bug: Callable[[Subject, Case, Verdict], Bug] | None = None, emphasis: str = "any") -> CellResult:
+              bug: Callable[[Subject, Case, Verdict], Bug] | None = None, emphasis: str = "any",
+              anchors: Sequence[Anchor] = ()) -> CellResult:
     """Fuzz one (subject, device, dtype) cell; shrink each distinct failure and render its snippet (`bug`
-    renders one: a sharded engine's snippets launch their own ranks)."""
+    renders one: a sharded engine's snippets launch their own ranks). `anchors`: fixed cases checked first, as
+    Hypothesis' explicit examples (fuzz.judge.anchors)."""
     result = CellResult(subject.name, device, dtype, check, layouts=tuple(layouts), precision=subject.precision.name,
                         contract=contract_label(subject))
     started = time.perf_counter()
@@ -117,6 +120,8 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
                          devices=[device], contract=contract, masked_values=subject.masked_values, emphasis=emphasis)
         if contract.bound:
             case = case.with_(story=((contract.name, contract.parameters_text), *case.story))
+        if isinstance(data, AnchorDraws):
+            case = case.with_(story=(("fixed case", data.anchor.name), *case.story))
         # Once the cell has failed, the examples left are mostly the shrinker's tries, most of which pass: the
         # determinism fact (a second call) would be reported for none of them, and it doubled their cost. Unless a
         # failure came from that second call: the shrinker must see it again.
@@ -133,6 +138,8 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
             failed, second_call_failed = True, second_call_failed or failed_on_the_second_call(verdict)
             raise counterexample_of_kind(verdict.kind)(verdict.case or case, verdict)
 
+    for anchor in reversed(anchors):  # Hypothesis runs explicit examples last decorated first
+        property_holds = example(AnchorDraws(anchor))(property_holds)
     try:
         property_holds()
     except Exception as error:
@@ -171,7 +178,7 @@ def fuzz_task(subject: Subject, task: CellTask, watcher: Watcher) -> CellResult:
     try:
         cell = fuzz_cell(watch_subject(subject, watcher), dtype=task.dtype, device=task.device,
                          layouts=subject.adapter.layouts, max_examples=task.examples, seed=task.seed,
-                         check=task.check,
+                         check=task.check, anchors=GRADIENT_ANCHORS if task.check == "gradients" else (),
                          example_check=gradient_example if task.check == "gradients" else forward_example)
     except CallTimedOut as stopped:
         cell = interrupted_cell(snippet_source(subject), task, stopped.call, timed_out(stopped.seconds, stopped.call),

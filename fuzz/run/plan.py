@@ -50,6 +50,12 @@ def default_gradient_examples(max_examples: int, split: bool) -> int:
     return max_examples if split else max(1, max_examples // 2)
 
 
+def gradients_checked(asked: bool | None, differentiable: bool) -> bool:
+    """Whether gradient cells run: as asked (`--gradients` / `--no-gradients`, `gradients=`); asked nothing,
+    wherever the function's framework differentiates: a loss exists to be differentiated."""
+    return differentiable if asked is None else asked
+
+
 def no_dtype_held(framework: str, asked: Sequence[str], held: Sequence[str]) -> str | None:
     """Why nothing would be checked: none of the dtypes asked for is one `framework` holds (the Array API has no
     float16 or bfloat16). None when one is; those it lacks are n/a cells, as in every matrix."""

@@ -1,0 +1,95 @@
+"""The fixed cases every gradient cell checks first: each is the case it names, in every contract, under every
+engine's draws; and a backward bug that only such a case shows is found at any seed from one example."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuzz
+from fuzz.engines.chunks import draw_chunks
+from fuzz.engines.split import draw_split
+from fuzz.judge.anchors import GRADIENT_ANCHORS, AnchorDraws
+from fuzz.judge.draws import draw_case, draw_cotangents, drawer
+from fuzz.report.terminal import bugs
+from reference.contracts import CONTRACT_NAMES, get_contract
+from reference.dtypes import DTYPE_NAMES
+
+
+@pytest.mark.parametrize("contract_name", CONTRACT_NAMES)
+@pytest.mark.parametrize("emphasis", ["any", "splits"])
+@pytest.mark.parametrize("dtype", DTYPE_NAMES)
+def test_each_anchor_is_the_case_it_names_and_every_draw_has_an_answer(contract_name, emphasis, dtype):
+    contract = get_contract(contract_name)
+    mixed, empty = GRADIENT_ANCHORS
+    for anchor in GRADIENT_ANCHORS:
+        data = AnchorDraws(anchor)
+        case = draw_case(drawer(data), dtypes=[dtype], layouts=["contiguous", "transposed"], contract=contract,
+                         emphasis=emphasis)
+        counts = case.mask.sum(axis=1)
+        assert case.shape == (4, 7) and case.layout == "contiguous" and case.dtype == dtype
+        if anchor is mixed:  # every row a different count, from none to all of them
+            assert sorted(counts) == [0, 2, 5, 7], counts
+        else:
+            assert anchor is empty and not case.mask.any()
+        cotangents = draw_cotangents(data, case, emphasis)
+        assert any(np.any(value != 0) for value in cotangents.values())  # the fullest kind
+        assert all(np.isfinite(value).all() for value in case.values.values() if value.dtype != bool)
+        # the engines' own draws: a split over a 2 x 1 mesh, chunks over 2 ranks x 2 steps
+        _, split = draw_split(drawer(data), case, ((2, 1),))
+        assert split.row_cuts == (0, 2, 4)
+        _, chunks = draw_chunks(drawer(data), case, (2, 2))
+        assert chunks.cuts == (0, 1, 2, 3, 4)
+
+
+def _ratio_of_detached_terms():
+    """The magnitude diagnostic, right in its values, whose ratio carries no gradient: it is rebuilt from detached
+    terms, kept on the graph by `+ 0 * s.sum()`. Its ratio only depends on the inputs where the rows' counts
+    differ (with equal counts it is that count), so only such a case with a nonzero ratio cotangent shows it."""
+    import torch
+
+    def cut(token_log_probs, advantages, token_mask):
+        acc = torch.promote_types(token_log_probs.dtype, torch.float32)
+        s = advantages.to(acc) * torch.where(token_mask, token_log_probs.to(acc), 0).sum(-1)
+        n = token_mask.sum(-1)
+        a = torch.where(n > 0, s / n.clamp(min=1), 0)
+        den = a.detach().abs().sum()
+        r = torch.where(den > 0, s.detach().abs().sum() / torch.where(den > 0, den, 1), 0) + 0 * s.sum()
+        dtype = token_log_probs.dtype
+        return {"sequence_summed": s.to(dtype), "token_averaged": a.to(dtype), "magnitude_ratio": r.to(dtype)}
+
+    return cut
+
+
+def _ratio_guarded_by_where():
+    """The magnitude diagnostic with its ratio guarded as `where(D > 0, N / D, 0)`: right in every value, but when
+    D = 0 (nothing selected) autograd differentiates the discarded N / D, and 0 / 0 makes every gradient NaN."""
+    import torch
+
+    def guarded(token_log_probs, advantages, token_mask):
+        acc = torch.promote_types(token_log_probs.dtype, torch.float32)
+        s = advantages.to(acc) * torch.where(token_mask, token_log_probs.to(acc), 0).sum(-1)
+        n = token_mask.sum(-1)
+        a = torch.where(n > 0, s / n.clamp(min=1), 0)
+        den = a.abs().sum()
+        r = torch.where(den > 0, s.abs().sum() / den, 0)
+        dtype = token_log_probs.dtype
+        return {"sequence_summed": s.to(dtype), "token_averaged": a.to(dtype), "magnitude_ratio": r.to(dtype)}
+
+    return guarded
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("make", "kind", "fixed_case"), [
+    (_ratio_of_detached_terms, "d token_log_probs out of tolerance", "rows of different counts, one of them 0"),
+    (_ratio_guarded_by_where, "non-finite gradient", "nothing selected"),
+])
+def test_a_backward_bug_that_needs_a_fixed_case_is_found_at_any_seed_from_one_example(make, kind, fixed_case, seed):
+    report = fuzz.check(make(), framework="torch", dtypes=["float32"], max_examples=1, gradient_examples=1,
+                        seed=seed)
+    (gradients,) = [cell for cell in report.cells if cell.check == "gradients"]
+    assert not gradients.ok and [bug.kind for bug in gradients.bugs] == [kind]
+    assert dict(gradients.bugs[0].case.story)["fixed case"] == fixed_case
+    # the report says it is a fixed case, not a shrunk ("minimal") one
+    printed = "\n".join(bugs(report.cells))
+    assert "  case: fixed case=" in printed and "minimal case" not in printed
