@@ -25,7 +25,7 @@ from fuzz.engines.registry import RANKS_ENGINES, rank_call
 from fuzz.loader import CallShapeError, check_call_shape, load_target
 from fuzz.report.binding import display_name, snippet_binding
 from fuzz.report.matrix import render_matrix
-from fuzz.report.results import CellResult
+from fuzz.report.results import CellResult, case_title
 from fuzz.report.terminal import bugs, joined, summary
 from fuzz.report.texts import for_terminal
 from fuzz.run.calls import DEFAULT_TIMEOUT, ThreadWatcher
@@ -68,7 +68,7 @@ class Failure:
     def __str__(self) -> str:
         case = ", ".join(f"{label}={value!r}" for label, value in self.minimal_case.items() if label != "seed")
         return (f"{self.check} of {self.implementation} on {self.device} in {self.dtype}: {for_terminal(self.message)}"
-                + (f"\nminimal case: {case}" if case else "")
+                + (f"\n{case_title(self.minimal_case)}: {case}" if case else "")
                 + (f"\nreproduce with this snippet:\n\n{self.snippet}" if self.snippet else ""))
 
 

@@ -1,5 +1,7 @@
 """The fixed cases every gradient cell checks first: each is the case it names, in every contract, under every
-engine's draws; and a backward bug that only such a case shows is found at any seed from one example."""
+engine's draws; a backward bug that only such a case shows is found at any seed, with no drawn example, in a
+single-process cell and in an engine's; fixed cases run in order, every failing one is reported, and a time limit
+in one still ends the cell."""
 
 from __future__ import annotations
 
@@ -11,7 +13,12 @@ from fuzz.engines.chunks import draw_chunks
 from fuzz.engines.split import draw_split
 from fuzz.judge.anchors import GRADIENT_ANCHORS, AnchorDraws
 from fuzz.judge.draws import draw_case, draw_cotangents, drawer
+from fuzz.judge.subject import Subject
+from fuzz.judge.verdict import Verdict
 from fuzz.report.terminal import bugs
+from fuzz.run.calls import CallTimedOut
+from fuzz.run.cell import fuzz_cell
+from impls.frameworks import load_framework
 from reference.contracts import CONTRACT_NAMES, get_contract
 from reference.dtypes import DTYPE_NAMES
 
@@ -84,7 +91,7 @@ def _ratio_guarded_by_where():
     (_ratio_of_detached_terms, "d token_log_probs out of tolerance", "rows of different counts, one of them 0"),
     (_ratio_guarded_by_where, "non-finite gradient", "nothing selected"),
 ])
-def test_a_backward_bug_that_needs_a_fixed_case_is_found_at_any_seed_from_one_example(make, kind, fixed_case, seed):
+def test_a_backward_bug_that_needs_a_fixed_case_is_found_at_any_seed(make, kind, fixed_case, seed):
     report = fuzz.check(make(), framework="torch", dtypes=["float32"], max_examples=1, gradient_examples=1,
                         seed=seed)
     (gradients,) = [cell for cell in report.cells if cell.check == "gradients"]
@@ -93,3 +100,56 @@ def test_a_backward_bug_that_needs_a_fixed_case_is_found_at_any_seed_from_one_ex
     # the report says it is a fixed case, not a shrunk ("minimal") one
     printed = "\n".join(bugs(report.cells))
     assert "  case: fixed case=" in printed and "minimal case" not in printed
+
+
+def _chunk_loss_guarded_by_where():
+    """A token-mean per-chunk loss, `where(N > 0, sum / N, 0)` with the step's N and the mask multiplied in: when
+    the step selects nothing, the discarded 0 / 0 reaches every token's gradient as NaN (0 * NaN)."""
+    import torch
+
+    def chunk_loss(token_losses, token_mask, *, num_tokens, num_sequences, dp_size, accumulation_steps):
+        acc = torch.promote_types(token_losses.dtype, torch.float32)
+        total = (token_losses.to(acc) * token_mask).sum()
+        count = torch.tensor(float(num_tokens), dtype=acc)
+        return torch.where(count > 0, total / count * dp_size, 0.0).to(token_losses.dtype)
+
+    return chunk_loss
+
+
+def test_an_engines_gradient_cells_check_the_fixed_cases_too():
+    report = fuzz.check(_chunk_loss_guarded_by_where(), framework="torch", accumulation=True, reduction="token-mean",
+                        dtypes=["float32"], max_examples=1, gradient_examples=1)
+    failing = [cell for cell in report.cells if "gradients" in cell.check and not cell.ok]
+    assert failing and all(dict(cell.bugs[0].case.story)["fixed case"] == "nothing selected" for cell in failing)
+
+
+def _fixed_case_subject():
+    return Subject("stub", lambda *args: None, load_framework("numpy"), get_contract("magnitude"), (), "stub")
+
+
+@pytest.mark.parametrize("second", ["fails", "times out"])
+def test_fixed_cases_run_in_order_and_each_failure_is_reported_or_a_time_limit_ends_the_cell(second):
+    seen = []
+
+    def example_check(subject, case, data, repeat):
+        seen.append(dict(case.story).get("fixed case"))
+        verdict = Verdict()
+        if len(seen) == 1:
+            verdict.fail("first kind", "the first fixed case fails")
+        elif second == "fails":
+            verdict.fail("second kind", "the second fixed case fails otherwise")
+        else:
+            raise CallTimedOut(None, 1.0)
+        return verdict
+
+    def run():
+        return fuzz_cell(_fixed_case_subject(), dtype="float32", device="cpu", layouts=("contiguous",), max_examples=5,
+                         seed=0, check="gradients", example_check=example_check, anchors=GRADIENT_ANCHORS)
+
+    if second == "fails":
+        cell = run()
+        assert sorted(bug.kind for bug in cell.bugs) == ["first kind", "second kind"]
+    else:  # the first's counterexample and the second's time limit come grouped: the time limit ends the cell
+        with pytest.raises(CallTimedOut):
+            run()
+    assert seen == [anchor.name for anchor in GRADIENT_ANCHORS]  # in order, and nothing drawn after a failure

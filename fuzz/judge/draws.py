@@ -40,12 +40,12 @@ SQUARE_SIZES = tuple(sorted(set(BATCH_SIZES) & set(TOKEN_SIZES)))  # the "batch 
 
 # The value each draw takes in a fixed case (fuzz.judge.anchors) where the case does not name it: Hypothesis'
 # simplest, the one it starts from and shrinks toward (a menu's first entry, the integer nearest 0, False, seed 0).
-# Keyed by the strategy object: only strategies built once and kept (the constants below, `choice`, `integers`).
-_SIMPLEST: dict[int, Any] = {}
+# Keyed by the strategy object (which this keeps): the constants below and what `choice` and `integers` build.
+_SIMPLEST: dict[st.SearchStrategy, Any] = {}
 
 
 def _with_simplest(strategy: st.SearchStrategy, value: Any) -> st.SearchStrategy:
-    _SIMPLEST[id(strategy)] = value
+    _SIMPLEST[strategy] = value
     return strategy
 
 
@@ -53,7 +53,7 @@ def simplest(strategy: st.SearchStrategy, label: str) -> Any:
     """The simplest value of a strategy built by this module (see _SIMPLEST); a TypeError naming the draw's label
     for any other."""
     try:
-        return _SIMPLEST[id(strategy)]
+        return _SIMPLEST[strategy]
     except KeyError:
         raise TypeError(f"the draw {label!r} has no known simplest value: draw it from choice(), integers(), "
                         "BOOLEANS or SEEDS") from None
@@ -107,7 +107,8 @@ MASK_MENU = _weighted(MASK_KINDS, {"random density": 2, "prefix lengths": 2})
 # collectives where several ranks hold rows with selected tokens and a nonzero cotangent crosses them: their
 # draws start from such a case (the simplest, where Hypothesis begins and shrinks to, is a 4 x 7 batch, every
 # token selected) and leave out the kinds that cannot cross ranks (no rows, every token masked, every value 0).
-# Empty and fully masked shards still come from the split's own draws (an empty shard, one shard all masked).
+# Empty and fully masked shards still come from the split's own draws (an empty shard, one shard all masked), and
+# a gradient cell's fixed cases (fuzz.judge.anchors) include the batch with nothing selected.
 SPLIT_SHAPE_MENU = ("general", "general", "general", "batch == tokens", "tiny", "one long row")
 SPLIT_BATCH_SIZES = (4, 2, 3, 8, 16)
 SPLIT_TOKEN_SIZES = (7, 3, 16, 33, 300, 1)
@@ -143,8 +144,9 @@ def _flush_subnormals(values: np.ndarray, dtype: str) -> np.ndarray:
 
 DENSITY_MASKS = ("random density", "some rows empty")  # the mask kinds that read the drawn density
 # A mask no draw picks, for the fixed cases (fuzz.judge.anchors): the rows' counts spread evenly from 0 to every
-# token, one count per row, rows and positions shuffled. Rows of different counts are what make a ratio of sums
-# and of means, or a mean of row means, depend on every selected value.
+# token (all different where batch <= tokens + 1, as in the 4 x 7 fixed case; one row has none), rows and positions
+# shuffled. Rows of different counts are what make a ratio of sums and of means, or a mean of row means, depend on
+# every selected value.
 MIXED_LENGTHS = "mixed lengths, 0 to all"
 
 

@@ -24,6 +24,7 @@ from html import escape
 from typing import Any
 
 from fuzz.report.files import write_atomically
+from fuzz.report.results import case_title
 from fuzz.report.weights import (
     PALETTE,
     Box,
@@ -383,7 +384,7 @@ def _occurrence(cells: Sequence[dict[str, Any]], index: int, number: int) -> str
     trace = bug.get("traceback")
     traceback = f"<details><summary>traceback</summary><pre>{escape(trace)}</pre></details>" if trace else ""
     return (f'<div class="occurrence" id="bug-{index}-{number}"><h4>failures</h4><ul class="failures">{failures}</ul>'
-            f"<h4>minimal case</h4>{_case_table(bug.get('counterexample'))}"
+            f"<h4>{case_title(bug.get('counterexample') or ())}</h4>{_case_table(bug.get('counterexample'))}"
             f"<h4>snippet that reproduces it</h4>{_copyable(str(bug.get('snippet') or ''), 'snippet')}{traceback}"
             "</div>")
 

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from reference.case import Case
 from reference.tolerance import CONTRACT
 
+FIXED_CASE = "fixed case"  # the story's label naming a fixed case (fuzz.judge.anchors): checked as it is, not shrunk
+
+
+def case_title(labels: Iterable[str]) -> str:
+    """What a report calls a bug's case, from its story's labels: a fixed case is no minimal case."""
+    return "case" if FIXED_CASE in labels else "minimal case"
+
 
 @dataclass
 class Bug:
-    """One distinct kind of failure of a cell, shrunk on its own."""
+    """One distinct kind of failure of a cell, shrunk on its own (or a fixed case that failed, as it is)."""
 
     kind: str
     failures: list[str]  # every check that failed on its minimal case

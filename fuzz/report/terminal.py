@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from fuzz.report.results import Bug, CellResult
+from fuzz.report.results import Bug, CellResult, case_title
 from fuzz.report.texts import for_terminal, is_compile_failure, shorten
 from reference.dtypes import DTYPE_NAMES
 
@@ -172,8 +172,7 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
             lines += ["", *wrap(f"=== FAIL {title} ===")]
             lines += [line for failure in bug.failures for line in wrap(f"- {for_terminal(failure)}", indent="  ")]
             if story:
-                fixed = any(label == "fixed case" for label, _ in bug.story)  # an anchor: checked as it is
-                lines += wrap(f"{'case' if fixed else 'minimal case'}: {story}", indent="  ")
+                lines += wrap(f"{case_title(label for label, _ in bug.story)}: {story}", indent="  ")
             if bug.traceback:
                 lines += _traceback(bug)
             lines += _snippet_lines(bug, snippet_folder)

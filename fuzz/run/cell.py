@@ -1,5 +1,7 @@
 """One cell under Hypothesis (a subject on one device in one dtype, one check): examples run, worst err/tol and
-ulps, and every distinct kind of failure, each shrunk on its own with its snippet.
+ulps, and every distinct kind of failure, each shrunk on its own with its snippet. A gradient cell checks its fixed
+cases first (fuzz.judge.anchors); when one fails, the cell reports the fixed cases that failed and draws nothing
+more, as Hypothesis does after a failing explicit example.
 
 Distinct bugs: each example that fails raises an exception whose type stands for its failure kind (the
 first check that failed), so Hypothesis' report_multiple_bugs tells the kinds apart, shrinks each to its
@@ -24,7 +26,7 @@ from fuzz.judge.forward import failed_on_the_second_call
 from fuzz.judge.gradients import gradient_example
 from fuzz.judge.subject import Subject
 from fuzz.judge.verdict import Verdict
-from fuzz.report.results import Bug, CellResult
+from fuzz.report.results import FIXED_CASE, Bug, CellResult
 from fuzz.report.snippet import snippet_for
 from fuzz.report.terminal import progress_line
 from fuzz.run.calls import CallTimedOut, Watcher
@@ -65,6 +67,18 @@ def _counterexamples(error: BaseException) -> list[Counterexample]:
     if not found and error.__cause__ is not None:
         found = _counterexamples(error.__cause__)
     return found
+
+
+def _stopping(error: BaseException) -> BaseException | None:
+    """What in Hypothesis' error is no Exception (a call's time limit, Ctrl-C): it ends the cell at once. Explicit
+    examples run on after one fails (report_multiple_bugs), so a fixed case's counterexample may come grouped with
+    the next one's time limit in a BaseExceptionGroup."""
+    if isinstance(error, Exception):
+        return None
+    for inner in getattr(error, "exceptions", ()):
+        if (found := _stopping(inner)) is not None:
+            return found
+    return error
 
 
 def hypothesis_settings(max_examples: int, *, derandomize: bool = False) -> settings:
@@ -121,7 +135,7 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
         if contract.bound:
             case = case.with_(story=((contract.name, contract.parameters_text), *case.story))
         if isinstance(data, AnchorDraws):
-            case = case.with_(story=(("fixed case", data.anchor.name), *case.story))
+            case = case.with_(story=((FIXED_CASE, data.anchor.name), *case.story))
         # Once the cell has failed, the examples left are mostly the shrinker's tries, most of which pass: the
         # determinism fact (a second call) would be reported for none of them, and it doubled their cost. Unless a
         # failure came from that second call: the shrinker must see it again.
@@ -142,7 +156,12 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
         property_holds = example(AnchorDraws(anchor))(property_holds)
     try:
         property_holds()
-    except Exception as error:
+    except BaseException as error:
+        stop = _stopping(error)
+        if stop is error:
+            raise
+        if stop is not None:  # grouped by Hypothesis with a fixed case's counterexample: it still ends the cell
+            raise stop from None
         found = _counterexamples(error)
         if not found:
             raise
