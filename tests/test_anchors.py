@@ -11,7 +11,14 @@ import pytest
 import fuzz
 from fuzz.engines.chunks import draw_chunks
 from fuzz.engines.split import draw_split
-from fuzz.judge.anchors import GRADIENT_ANCHORS, AnchorDraws
+from fuzz.judge.anchors import (
+    FORWARD_FIXED_CASES,
+    GRADIENT_FIXED_CASES,
+    LONG_ROWS,
+    MIXED_COUNTS,
+    NOTHING_SELECTED,
+    AnchorDraws,
+)
 from fuzz.judge.draws import draw_case, draw_cotangents, drawer
 from fuzz.judge.subject import Subject
 from fuzz.judge.verdict import Verdict
@@ -26,27 +33,33 @@ from reference.dtypes import DTYPE_NAMES
 @pytest.mark.parametrize("contract_name", CONTRACT_NAMES)
 @pytest.mark.parametrize("emphasis", ["any", "splits"])
 @pytest.mark.parametrize("dtype", DTYPE_NAMES)
-def test_each_anchor_is_the_case_it_names_and_every_draw_has_an_answer(contract_name, emphasis, dtype):
+def test_each_fixed_case_is_the_case_it_names_and_every_draw_has_an_answer(contract_name, emphasis, dtype):
     contract = get_contract(contract_name)
-    mixed, empty = GRADIENT_ANCHORS
-    for anchor in GRADIENT_ANCHORS:
+    for anchor in (MIXED_COUNTS, NOTHING_SELECTED, LONG_ROWS):
         data = AnchorDraws(anchor)
         case = draw_case(drawer(data), dtypes=[dtype], layouts=["contiguous", "transposed"], contract=contract,
                          emphasis=emphasis)
         counts = case.mask.sum(axis=1)
-        assert case.shape == (4, 7) and case.layout == "contiguous" and case.dtype == dtype
-        if anchor is mixed:  # every row a different count, from none to all of them
-            assert sorted(counts) == [0, 2, 5, 7], counts
-        else:
-            assert anchor is empty and not case.mask.any()
+        assert case.layout == "contiguous" and case.dtype == dtype
+        if anchor is MIXED_COUNTS:  # every row a different count, from none to all of them
+            assert case.shape == (4, 7) and sorted(counts) == [0, 2, 5, 7], counts
+        elif anchor is NOTHING_SELECTED:
+            assert case.shape == (4, 7) and not case.mask.any()
+        else:  # past bfloat16's 256, every token selected
+            assert case.shape == (2, 1031) and case.mask.all()
         cotangents = draw_cotangents(data, case, emphasis)
         assert any(np.any(value != 0) for value in cotangents.values())  # the fullest kind
         assert all(np.isfinite(value).all() for value in case.values.values() if value.dtype != bool)
         # the engines' own draws: a split over a 2 x 1 mesh, chunks over 2 ranks x 2 steps
         _, split = draw_split(drawer(data), case, ((2, 1),))
-        assert split.row_cuts == (0, 2, 4)
+        assert split.row_cuts == (0, case.shape[0] // 2, case.shape[0])
         _, chunks = draw_chunks(drawer(data), case, (2, 2))
-        assert chunks.cuts == (0, 1, 2, 3, 4)
+        assert len(chunks.cuts) == 5
+
+
+def test_gradient_cells_check_theirs_first_and_forward_cells_last():
+    assert GRADIENT_FIXED_CASES.first == (MIXED_COUNTS, NOTHING_SELECTED) and not GRADIENT_FIXED_CASES.last
+    assert FORWARD_FIXED_CASES.last[0] is LONG_ROWS and not FORWARD_FIXED_CASES.first
 
 
 def _ratio_of_detached_terms():
@@ -144,7 +157,7 @@ def test_fixed_cases_run_in_order_and_each_failure_is_reported_or_a_time_limit_e
 
     def run():
         return fuzz_cell(_fixed_case_subject(), dtype="float32", device="cpu", layouts=("contiguous",), max_examples=5,
-                         seed=0, check="gradients", example_check=example_check, anchors=GRADIENT_ANCHORS)
+                         seed=0, check="gradients", example_check=example_check, fixed=GRADIENT_FIXED_CASES)
 
     if second == "fails":
         cell = run()
@@ -152,4 +165,40 @@ def test_fixed_cases_run_in_order_and_each_failure_is_reported_or_a_time_limit_e
     else:  # the first's counterexample and the second's time limit come grouped: the time limit ends the cell
         with pytest.raises(CallTimedOut):
             run()
-    assert seen == [anchor.name for anchor in GRADIENT_ANCHORS]  # in order, and nothing drawn after a failure
+    assert seen == [anchor.name for anchor in GRADIENT_FIXED_CASES.first]  # in order, and nothing drawn after a failure
+
+
+def _count_in_bfloat16():
+    """Counts the selected tokens in the input dtype: NumPy sums ml_dtypes.bfloat16 in bfloat16, which stops
+    counting by ones at 256, so a row of more selected tokens than that gets a wrong mean."""
+
+    def counted(token_log_probs, advantages, token_mask):
+        summed = advantages.astype(np.float64) * np.where(token_mask, token_log_probs.astype(np.float64), 0).sum(-1)
+        n = token_mask.astype(token_log_probs.dtype).sum(-1).astype(np.float64)
+        averaged = np.divide(summed, n, out=np.zeros_like(summed), where=n > 0)
+        den = np.abs(averaged).sum()
+        ratio = np.abs(summed).sum() / den if den > 0 else 0.0
+        dtype = token_log_probs.dtype
+        return {"sequence_summed": summed.astype(dtype), "token_averaged": averaged.astype(dtype),
+                "magnitude_ratio": np.asarray(ratio).astype(dtype)}
+
+    return counted
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_forward_bug_the_draws_miss_is_found_by_a_fixed_case_after_them(seed):
+    report = fuzz.check(_count_in_bfloat16(), framework="numpy", dtypes=["bfloat16"], max_examples=1, seed=seed)
+    (cell,) = report.cells
+    assert not cell.ok and dict(cell.bugs[0].case.story)["fixed case"] == LONG_ROWS.name
+
+
+def test_a_forward_bug_the_draws_find_keeps_its_minimal_case():
+    def mask_ignored(token_log_probs, advantages, token_mask):
+        summed = advantages * token_log_probs.sum(-1)
+        return {"sequence_summed": summed, "token_averaged": summed / max(token_log_probs.shape[-1], 1),
+                "magnitude_ratio": np.asarray(float(token_log_probs.shape[-1]), token_log_probs.dtype)}
+
+    report = fuzz.check(mask_ignored, framework="numpy", dtypes=["float64"], seed=0)
+    (cell,) = report.cells
+    assert not cell.ok and all("fixed case" not in dict(bug.case.story) for bug in cell.bugs)
+    assert "minimal case:" in "\n".join(bugs(report.cells))

@@ -1,14 +1,18 @@
-"""Fixed cases a gradient cell checks before Hypothesis draws any: the same two in every cell, at every seed.
+"""Fixed cases a cell checks besides Hypothesis' draws: the same in every cell, at every seed.
 
-A gradient cell has few examples (20 by default), and Hypothesis spends them on few distinct cases (the
+A cell has few examples (a gradient cell 20 by default), and Hypothesis spends them on few distinct cases (the
 first ones are its simplest choices, zero-extended; each generated case is followed by mutations of itself).
-Two bugs of the backward need a particular case, and a 20-example cell met it in about one run of two:
-a gradient cut from a value that only varies when rows hold different counts (a ratio of sums and of means, a
-mean of row means), and a NaN or inf that only a zero count lets through a guarded division. The anchors are
-those cases, checked as Hypothesis' explicit examples: every other draw of the example (values, layout,
-cotangents, a split's cuts) takes its simplest value, so an anchor is the case Hypothesis itself starts from,
-with its rows' counts named. Like an explicit example, an anchor that fails is reported as found (not shrunk:
-it is small already) and the cell draws nothing more.
+Some bugs need a particular case, and a default run met it in about one run of two: a gradient cut from a value
+that only varies when rows hold different counts (a ratio of sums and of means, a mean of row means); a NaN or
+inf that only a zero count lets through a guarded division; a half-precision running sum or count, which only
+drifts over rows of hundreds of selected tokens. The fixed cases are those cases, checked as Hypothesis'
+explicit examples: every other draw of the example (values, layout, cotangents, a split's cuts) takes its
+simplest value, so a fixed case is the case Hypothesis itself starts from, with its shape and mask named. A
+failing fixed case is reported as it is (not shrunk).
+
+When: a gradient cell checks its fixed cases first (most backward bugs show on them, at once), and when one
+fails draws nothing more, as after a failing explicit example. A forward cell's draws find most bugs and shrink
+them to a minimal case, so its fixed cases run last, and only when the draws found nothing.
 """
 
 from __future__ import annotations
@@ -32,11 +36,32 @@ class Anchor:
 
 # 4 x 7, the sharded cells' simplest shape: rows to split over ranks or micro-batches. The fullest cotangent is
 # the simplest one (every output's), so the gradient reaches every input.
-GRADIENT_ANCHORS = (
-    Anchor("rows of different counts, one of them 0",
-           {"shape kind": "general", "batch": 4, "tokens": 7, "mask": MIXED_LENGTHS}),
-    Anchor("nothing selected", {"shape kind": "general", "batch": 4, "tokens": 7, "mask": "all false"}),
-)
+MIXED_COUNTS = Anchor("rows of different counts, one of them 0",
+                      {"shape kind": "general", "batch": 4, "tokens": 7, "mask": MIXED_LENGTHS})
+NOTHING_SELECTED = Anchor("nothing selected", {"shape kind": "general", "batch": 4, "tokens": 7, "mask": "all false"})
+# 1031 tokens, every one selected: a count past 256 (where bfloat16 stops counting by ones) and a row long enough
+# for a half-precision running sum to stall, off every vector width.
+LONG_ROWS = Anchor("rows of 1031 tokens, every one selected",
+                   {"shape kind": "one long row", "batch": 2, "tokens": 1031, "mask": "all true"})
+
+
+@dataclass(frozen=True)
+class FixedCases:
+    """A cell's fixed cases: `first` before Hypothesis draws (a failure ends the cell), `last` after its draws,
+    only when they found nothing."""
+
+    first: tuple[Anchor, ...] = ()
+    last: tuple[Anchor, ...] = ()
+
+
+NO_FIXED_CASES = FixedCases()
+GRADIENT_FIXED_CASES = FixedCases(first=(MIXED_COUNTS, NOTHING_SELECTED))
+FORWARD_FIXED_CASES = FixedCases(last=(LONG_ROWS, MIXED_COUNTS, NOTHING_SELECTED))
+
+
+def fixed_cases(check: str) -> FixedCases:
+    """The fixed cases of a single-process cell of `check` ("forward" or "gradients")."""
+    return GRADIENT_FIXED_CASES if check == "gradients" else FORWARD_FIXED_CASES
 
 
 class AnchorDraws:

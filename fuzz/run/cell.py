@@ -1,7 +1,6 @@
 """One cell under Hypothesis (a subject on one device in one dtype, one check): examples run, worst err/tol and
-ulps, and every distinct kind of failure, each shrunk on its own with its snippet. A gradient cell checks its fixed
-cases first (fuzz.judge.anchors); when one fails, the cell reports the fixed cases that failed and draws nothing
-more, as Hypothesis does after a failing explicit example.
+ulps, and every distinct kind of failure, each shrunk on its own with its snippet; and the cell's fixed cases
+(fuzz.judge.anchors), before the draws or after them.
 
 Distinct bugs: each example that fails raises an exception whose type stands for its failure kind (the
 first check that failed), so Hypothesis' report_multiple_bugs tells the kinds apart, shrinks each to its
@@ -19,7 +18,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings, 
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from fuzz.judge.anchors import GRADIENT_ANCHORS, Anchor, AnchorDraws
+from fuzz.judge.anchors import NO_FIXED_CASES, Anchor, AnchorDraws, FixedCases, fixed_cases
 from fuzz.judge.draws import choice, draw_case, drawer
 from fuzz.judge.example import check_example
 from fuzz.judge.forward import failed_on_the_second_call
@@ -81,7 +80,8 @@ def _stopping(error: BaseException) -> BaseException | None:
     return error
 
 
-def hypothesis_settings(max_examples: int, *, derandomize: bool = False) -> settings:
+def hypothesis_settings(max_examples: int, *, derandomize: bool = False, draws: bool = True) -> settings:
+    """The cell's settings; `draws=False`: only the explicit examples (a cell's last fixed cases)."""
     return settings(
         max_examples=max_examples,
         deadline=None,
@@ -89,7 +89,7 @@ def hypothesis_settings(max_examples: int, *, derandomize: bool = False) -> sett
         derandomize=derandomize,
         verbosity=Verbosity.quiet,
         suppress_health_check=list(HealthCheck),
-        phases=(Phase.explicit, Phase.generate, Phase.target, Phase.shrink),
+        phases=(Phase.explicit, Phase.generate, Phase.target, Phase.shrink) if draws else (Phase.explicit,),
         report_multiple_bugs=True,
     )
 
@@ -111,18 +111,15 @@ def forward_example(subject: Subject, case: Case, data: st.DataObject, repeat: b
 def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[str], max_examples: int, seed: int,
               check: str = "forward", example_check: ExampleCheck = forward_example,
               bug: Callable[[Subject, Case, Verdict], Bug] | None = None, emphasis: str = "any",
-              anchors: Sequence[Anchor] = ()) -> CellResult:
+              fixed: FixedCases = NO_FIXED_CASES) -> CellResult:
     """Fuzz one (subject, device, dtype) cell; shrink each distinct failure and render its snippet (`bug`
-    renders one: a sharded engine's snippets launch their own ranks). `anchors`: fixed cases checked first, as
-    Hypothesis' explicit examples (fuzz.judge.anchors)."""
+    renders one: a sharded engine's snippets launch their own ranks). `fixed`: the fixed cases checked before the
+    draws, and after them when they found nothing, as Hypothesis' explicit examples (fuzz.judge.anchors)."""
     result = CellResult(subject.name, device, dtype, check, layouts=tuple(layouts), precision=subject.precision.name,
                         contract=contract_label(subject))
     started = time.perf_counter()
     failed = second_call_failed = False  # an example failed; one of them only in its second call
 
-    @hypothesis_seed(seed)
-    @hypothesis_settings(max_examples)
-    @given(st.data())
     def property_holds(data: st.DataObject) -> None:
         nonlocal failed, second_call_failed
         contract, draw = subject.contract, drawer(data)
@@ -152,10 +149,16 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
             failed, second_call_failed = True, second_call_failed or failed_on_the_second_call(verdict)
             raise counterexample_of_kind(verdict.kind)(verdict.case or case, verdict)
 
-    for anchor in reversed(anchors):  # Hypothesis runs explicit examples last decorated first
-        property_holds = example(AnchorDraws(anchor))(property_holds)
+    def run(anchors: Sequence[Anchor], draws: bool) -> None:
+        test = given(st.data())(property_holds)
+        for anchor in reversed(anchors):  # Hypothesis runs explicit examples last decorated first
+            test = example(AnchorDraws(anchor))(test)
+        hypothesis_seed(seed)(hypothesis_settings(max_examples, draws=draws)(test))()
+
     try:
-        property_holds()
+        run(fixed.first, draws=True)
+        if fixed.last:  # the draws found nothing
+            run(fixed.last, draws=False)
     except BaseException as error:
         stop = _stopping(error)
         if stop is error:
@@ -197,7 +200,7 @@ def fuzz_task(subject: Subject, task: CellTask, watcher: Watcher) -> CellResult:
     try:
         cell = fuzz_cell(watch_subject(subject, watcher), dtype=task.dtype, device=task.device,
                          layouts=subject.adapter.layouts, max_examples=task.examples, seed=task.seed,
-                         check=task.check, anchors=GRADIENT_ANCHORS if task.check == "gradients" else (),
+                         check=task.check, fixed=fixed_cases(task.check),
                          example_check=gradient_example if task.check == "gradients" else forward_example)
     except CallTimedOut as stopped:
         cell = interrupted_cell(snippet_source(subject), task, stopped.call, timed_out(stopped.seconds, stopped.call),
