@@ -144,9 +144,10 @@ def _add_campaign(subparsers: argparse._SubParsersAction) -> None:
                         help=f"comma-separated contracts whose built-ins are fuzzed (default: all: "
                         f"{', '.join(CONTRACT_NAMES)})")
     _common_options(parser, f"Hypothesis examples per (device, dtype) cell (default {DEFAULT_EXAMPLES}; a cell of a "
-                    "sharded or micro-batch row runs at most its engine's own number: each example runs every split)",
+                    "sharded or micro-batch row runs at most its engine's own number: each example runs every split), "
+                    "drawn besides a few fixed cases (docs/fuzzer.md)",
                     "examples per gradient cell (default: half of --max-examples; a sharded or micro-batch row's: "
-                    "as many as its forward cells)")
+                    "as many as its forward cells), drawn after its 2 fixed cases")
     parser.add_argument("--no-gradients", dest="gradients", action="store_false",
                         help="skip the gradient checks of the differentiable built-ins")
     parser.set_defaults(run=campaign)
@@ -165,9 +166,10 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
                       "ranks (gloo; NCCL on CUDA) or under jax.shard_map, on every mesh (instead of --framework)")
     _common_options(parser, f"Hypothesis examples per cell (default {DEFAULT_EXAMPLES}; with --accumulation "
                     f"{ACCUMULATION_EXAMPLES} per split cell, with --ranks {RANKS_EXAMPLES}, with --sharded "
-                    f"{SHARDED_EXAMPLES}: each example runs every split or mesh)",
+                    f"{SHARDED_EXAMPLES}: each example runs every split or mesh), drawn besides a few fixed cases "
+                    "(docs/fuzzer.md)",
                     "examples per gradient cell (default: half of --max-examples; with --sharded or --accumulation "
-                    "as many)")
+                    "as many), drawn after its 2 fixed cases")
     parser.set_defaults(max_examples=None)  # None: DEFAULT_EXAMPLES, or --sharded's own default
     parser.add_argument("--gradients", action=argparse.BooleanOptionalAction, default=None,
                         help="fuzz the backward pass too (torch autograd / jax.vjp) against the exact VJP (default: "
