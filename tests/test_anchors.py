@@ -16,8 +16,10 @@ from fuzz.judge.anchors import (
     GRADIENT_FIXED_CASES,
     LONG_ROWS,
     MIXED_COUNTS,
+    NO_FIXED_CASES,
     NOTHING_SELECTED,
     AnchorDraws,
+    fixed_cases,
 )
 from fuzz.judge.draws import draw_case, draw_cotangents, drawer
 from fuzz.judge.subject import Subject
@@ -60,6 +62,8 @@ def test_each_fixed_case_is_the_case_it_names_and_every_draw_has_an_answer(contr
 def test_gradient_cells_check_theirs_first_and_forward_cells_last():
     assert GRADIENT_FIXED_CASES.first == (MIXED_COUNTS, NOTHING_SELECTED) and not GRADIENT_FIXED_CASES.last
     assert FORWARD_FIXED_CASES.last[0] is LONG_ROWS and not FORWARD_FIXED_CASES.first
+    assert fixed_cases("gradients") is fixed_cases("gradients", split=True) is GRADIENT_FIXED_CASES
+    assert fixed_cases("forward") is FORWARD_FIXED_CASES and fixed_cases("forward", split=True) is NO_FIXED_CASES
 
 
 def _ratio_of_detached_terms():

@@ -23,7 +23,7 @@ from hypothesis import target
 
 from fuzz.engines.registry import Engine, engine_named
 from fuzz.engines.torch_ranks import RankFailure
-from fuzz.judge.anchors import GRADIENT_FIXED_CASES, NO_FIXED_CASES
+from fuzz.judge.anchors import fixed_cases
 from fuzz.judge.draws import draw_cotangents, drawer
 from fuzz.judge.subject import Subject
 from fuzz.judge.verdict import Verdict
@@ -150,7 +150,7 @@ def run_sharded_cell(task: CellTask, watcher: Watcher | None = None, subject: Su
                          example_check=lambda subject, case, data, _repeat: _example(task, engine, subject, state,
                                                                                      case, data),
                          bug=bug, emphasis="splits",
-                         fixed=GRADIENT_FIXED_CASES if task.check == "gradients" else NO_FIXED_CASES)
+                         fixed=fixed_cases(task.check, split=True))
     except CallTimedOut as stopped:
         return interrupted_cell(snippet_source(subject), task, stopped.call, timed_out(stopped.seconds, stopped.call),
                                 TIMEOUT, seconds=time.perf_counter() - started, contract=subject.contract.label)

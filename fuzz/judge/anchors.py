@@ -59,9 +59,12 @@ GRADIENT_FIXED_CASES = FixedCases(first=(MIXED_COUNTS, NOTHING_SELECTED))
 FORWARD_FIXED_CASES = FixedCases(last=(LONG_ROWS, MIXED_COUNTS, NOTHING_SELECTED))
 
 
-def fixed_cases(check: str) -> FixedCases:
-    """The fixed cases of a single-process cell of `check` ("forward" or "gradients")."""
-    return GRADIENT_FIXED_CASES if check == "gradients" else FORWARD_FIXED_CASES
+def fixed_cases(check: str, split: bool = False) -> FixedCases:
+    """The fixed cases of a cell of `check` ("forward" or "gradients"); `split`: an engine's cell, whose forward
+    examples each run a whole split, and which has no forward fixed cases."""
+    if check == "gradients":
+        return GRADIENT_FIXED_CASES
+    return NO_FIXED_CASES if split else FORWARD_FIXED_CASES
 
 
 class AnchorDraws:
