@@ -1,10 +1,11 @@
-"""Bug (gradients only): N and D summed over the data group by value only. After the sequence reduction each rank
-holds its rows' full values; it sums their magnitudes, all-reduces a copy over the data group and adds the
-difference back detached (`local + (total - local).detach()`), a trick to keep the global values while sparing the
-backward a collective. The forward is exact, but the ratio's gradient on each rank now sees only its own data
-rank's cotangent: the other data ranks' contributions through N and D never arrive. It shows only with a nonzero
-ratio cotangent on two or more data ranks that each hold rows with tokens: one data rank (any number of sequence
-ranks), or the vectors' cotangents alone, give the right gradients.
+"""Bug (gradients only): N and D summed over the data group by value only. After the sequence reduction each rank holds
+its rows' full values; it sums their magnitudes, all-reduces a copy over the data group and attaches the local graph
+to it with a difference that is exactly 0 (`total + (local - local.detach())`), a trick to keep the global values
+while sparing the backward a collective. The forward is the all-reduced total, the same bits on every rank, but the
+ratio's gradient on each rank now sees only its own data rank's cotangent: the other data ranks' contributions
+through N and D never arrive. It shows only with a nonzero ratio cotangent on two or more data ranks that each hold
+rows with tokens: one data rank (any number of sequence ranks), or the vectors' cotangents alone, give the right
+gradients.
 """
 
 FRAMEWORK = "torch"
@@ -22,7 +23,7 @@ warnings.filterwarnings("ignore", message=".*torch.distributed.nn.*")
 def _summed_by_value(local, group):
     total = local.detach().clone()
     dist.all_reduce(total, group=group)
-    return local + (total - local).detach()
+    return total + (local - local.detach())
 
 
 def loss_normalization(token_log_probs, advantages, token_mask, *, data_group, sequence_group):
