@@ -17,6 +17,7 @@ wrong with fn's answer on it.
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -156,8 +157,9 @@ def check(
     importable by its module and name). `max_examples` defaults to 40 per cell, 20 with `accumulation` (five
     splits per dtype), 10 with `ranks`.
 
-    Raises ValueError for bad arguments and fuzz.loader.LoadError when the function or the framework cannot be
-    loaded."""
+    Raises ValueError for bad arguments, fuzz.loader.LoadError when the function or the framework cannot be
+    loaded, and RuntimeError for `workers` or `ranks` in a process that may not start processes (a daemon: a
+    multiprocessing.Pool worker)."""
     if not (isinstance(fn, str) or callable(fn)):
         raise TypeError(f"fn must be a function or a 'module:function' string, got {type(fn).__name__}")
     if framework not in FRAMEWORK_CHOICES:
@@ -188,6 +190,11 @@ def check(
         raise ValueError("ranks=True runs a per-chunk loss on data-parallel ranks (torch.distributed under DDP, or "
                          "jax.shard_map): it needs accumulation=True and framework='torch' or 'jax'")
     contract, parameters = declared_contract(reduction, rows, l_max, accumulation, dp_reduce, backward_scale)
+    if (workers or ranks) and multiprocessing.current_process().daemon:
+        raise RuntimeError(f"{'ranks=True' if ranks else 'workers='} starts processes, and this process is a daemon "
+                           "(a multiprocessing.Pool worker), which Python lets start none: call check from the main "
+                           "process or a concurrent.futures.ProcessPoolExecutor worker"
+                           + ("" if ranks else ", or pass workers=None to run it in this process"))
     spec = None  # what the other processes import, where there are any
     if workers or ranks:
         spec = fn if isinstance(fn, str) else _spec_of(fn, "ranks=True" if ranks else "workers=")

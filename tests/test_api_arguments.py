@@ -4,6 +4,7 @@ it runs as the user wrote it."""
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import re
 import subprocess
 import sys
@@ -163,3 +164,28 @@ def test_gradients_are_checked_by_default_wherever_the_framework_differentiates(
     told = check("impls.torch_eager:sequence_vs_token_normalization", framework="torch", dtypes=["float32"],
                  max_examples=2, gradients=False)
     assert [cell.check for cell in told.cells] == ["forward"]
+
+
+def _check_in_a_pool_worker(arguments: dict) -> str:
+    """What check raises in a multiprocessing.Pool worker (a daemon), as text."""
+    try:
+        check(**arguments)
+    except RuntimeError as error:
+        return f"RuntimeError: {error}"
+    return "no error"
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"fn": GOOD, "framework": "numpy", "dtypes": ["float32"], "max_examples": 2, "workers": 1},
+     "workers= starts processes, and this process is a daemon (a multiprocessing.Pool worker)"),
+    ({"fn": "tests.corpus.accumulation.torch_ranks_sequence_mean_one_over_g:loss_normalization",
+      "framework": "torch", "reduction": "seq-mean-token-mean", "accumulation": True, "ranks": True,
+      "dtypes": ["float32"], "max_examples": 1},
+     "ranks=True starts processes, and this process is a daemon (a multiprocessing.Pool worker)"),
+], ids=["workers", "ranks"])
+def test_processes_asked_for_in_a_pool_worker_are_refused_with_the_reason(arguments, message):
+    if arguments.get("ranks"):
+        pytest.importorskip("torch")
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        raised = pool.apply(_check_in_a_pool_worker, (arguments,))
+    assert raised.startswith("RuntimeError: " + message), raised
