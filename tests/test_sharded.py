@@ -204,6 +204,19 @@ def test_the_judge_wants_replicas_to_agree_and_sums_replicated_advantage_gradien
     verdict = gather_forward(case, split, replies, split.describe, CONTRACT)
     assert any(failure.kind == "replicas disagree" and failure.message.startswith(
         "replicas disagree: token_averaged[1]") for failure in verdict.failures)
+    assert not any("rounding it its own way" in failure.message for failure in verdict.failures)  # not a rounding
+    # 1 ulp of float32 apart: the same value rounded its own way on each rank, and the report says how that happens
+    ratio = np.float32(right["magnitude_ratio"])
+    first, rounded = ({**right, "magnitude_ratio": np.asarray(value, dtype=np.float64)}
+                      for value in (ratio, np.nextafter(ratio, np.float32(np.inf))))
+    apart = gather_forward(case, split, [{**replies[0], "outputs": first}, {**replies[0], "outputs": rounded}],
+                           split.describe, CONTRACT)
+    assert [failure.message for failure in apart.failures if failure.kind == "replicas disagree"] == [
+        f"replicas disagree: magnitude_ratio is {float(ratio)!r} on {split.describe(0)} and "
+        f"{float(rounded['magnitude_ratio'])!r} on {split.describe(1)} (a replicated output must be the same on every "
+        "replica): 1 ulp of float32 apart, each rank rounding it its own way (a value rebuilt from a rank's own part, "
+        "as local + (total - local).detach(), rounds differently on each rank: use the all-reduced value itself, e.g. "
+        "total + (local - local.detach()))"]
     assert gather_forward(case, split, [replies[0], replies[0]], split.describe, CONTRACT).ok
 
     assert summed_over_replicas(case, {"sequence_summed": np.ones(2), "token_averaged": np.ones(2),

@@ -25,7 +25,8 @@ from fuzz.judge.gradients import judge_gradients
 from fuzz.judge.outputs import GRADIENT_STRUCTURE, ReadBack
 from fuzz.judge.verdict import Failure, Verdict
 from reference.case import Case
-from reference.tolerance import Precision
+from reference.dtypes import DTYPE_NAMES
+from reference.tolerance import Precision, ulp_error
 
 REPLICAS_DISAGREE = "replicas disagree"
 PADDING_NOT_ZERO = "padding not exactly 0"
@@ -60,13 +61,22 @@ def _first_replica(split: Split, rank: int, axes: tuple[str, ...]) -> int:
     return (0 if "data" in axes else d) * split.sequence + (0 if "sequence" in axes else q)
 
 
-def _disagreement(key: str, first: np.ndarray, other: np.ndarray, ranks: tuple[str, str]) -> str:
+ROUNDING_ULPS = 8  # replicas this close computed the same value, each rounding it its own way
+
+
+def _disagreement(key: str, first: np.ndarray, other: np.ndarray, ranks: tuple[str, str], dtype: str) -> str:
     differs = np.flatnonzero(~((first == other) | (np.isnan(first) & np.isnan(other))))
     where = int(differs[0]) if differs.size else 0
     index = "" if first.ndim == 0 else f"[{where}] of the rank's rows"
     a, b = (first, other) if first.ndim == 0 else (first.flat[where], other.flat[where])
-    return (f"replicas disagree: {key}{index} is {float(a)!r} on {ranks[0]} and {float(b)!r} on {ranks[1]} "
-            "(a replicated output must be the same on every replica)")
+    message = (f"replicas disagree: {key}{index} is {float(a)!r} on {ranks[0]} and {float(b)!r} on {ranks[1]} "
+               "(a replicated output must be the same on every replica)")
+    ulps = float(ulp_error(b, a, dtype, abs(float(b)))) if dtype in DTYPE_NAMES else np.inf
+    if ulps <= ROUNDING_ULPS:  # a rounding apart, not a different formula: say how such values arise
+        message += (f": {ulps:.3g} ulp of {dtype} apart, each rank rounding it its own way (a value rebuilt from a "
+                    "rank's own part, as local + (total - local).detach(), rounds differently on each rank: use the "
+                    "all-reduced value itself, e.g. total + (local - local.detach()))")
+    return message
 
 
 def gather_forward(case: Case, split: Split, replies: list[dict[str, Any]], describe: Describe,
@@ -84,7 +94,8 @@ def gather_forward(case: Case, split: Split, replies: list[dict[str, Any]], desc
             first = outputs[first_rank][spec.name]
             if rank != first_rank and not np.array_equal(first, out[spec.name], equal_nan=True):
                 verdict.fail(REPLICAS_DISAGREE, _disagreement(spec.name, first, out[spec.name],
-                                                              (describe(first_rank), describe(rank))))
+                                                              (describe(first_rank), describe(rank)),
+                                                              replies[rank]["dtypes"][spec.name]))
     gathered, dtypes = {}, {}
     for spec in contract.outputs:
         holders = sorted({_first_replica(split, rank, spec.replicated) for rank in range(split.world)})
