@@ -215,8 +215,7 @@ def test_the_judge_wants_replicas_to_agree_and_sums_replicated_advantage_gradien
         f"replicas disagree: magnitude_ratio is {float(ratio)!r} on {split.describe(0)} and "
         f"{float(rounded['magnitude_ratio'])!r} on {split.describe(1)} (a replicated output must be the same on every "
         "replica): 1 ulp of float32 apart, each rank rounding it its own way (a value rebuilt from a rank's own part, "
-        "as local + (total - local).detach(), rounds differently on each rank: use the all-reduced value itself, e.g. "
-        "total + (local - local.detach()))"]
+        "as local + (total - local).detach(), rounds differently on each rank: return the all-reduced value itself)"]
     assert gather_forward(case, split, [replies[0], replies[0]], split.describe, CONTRACT).ok
 
     assert summed_over_replicas(case, {"sequence_summed": np.ones(2), "token_averaged": np.ones(2),

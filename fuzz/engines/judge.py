@@ -74,8 +74,8 @@ def _disagreement(key: str, first: np.ndarray, other: np.ndarray, ranks: tuple[s
     ulps = float(ulp_error(b, a, dtype, abs(float(b)))) if dtype in DTYPE_NAMES else np.inf
     if ulps <= ROUNDING_ULPS:  # a rounding apart, not a different formula: say how such values arise
         message += (f": {ulps:.3g} ulp of {dtype} apart, each rank rounding it its own way (a value rebuilt from a "
-                    "rank's own part, as local + (total - local).detach(), rounds differently on each rank: use the "
-                    "all-reduced value itself, e.g. total + (local - local.detach()))")
+                    "rank's own part, as local + (total - local).detach(), rounds differently on each rank: return the "
+                    "all-reduced value itself)")
     return message
 
 
