@@ -5,8 +5,8 @@
     report.raise_for_failures()   # AssertionError: the shrunk case and a runnable snippet
 
 The function runs in this process by default, each call under the time limit in one helper thread that serves
-the calls in turn (an overrunning call is abandoned with its thread: it fails its cell, but keeps running in the
-background until it returns).
+the calls in turn (an overrunning call fails its cell and is interrupted in its thread; one blocked in C code
+cannot be, and keeps running in the background until it returns).
 A segfault in-process takes the process down; `workers=N` runs the cells in N worker processes instead,
 as the command line does, for a function importable by its module and name.
 
@@ -67,10 +67,14 @@ class Failure:
     snippet: str | None
 
     def __str__(self) -> str:
+        return self.text()
+
+    def text(self, snippet: bool = True) -> str:
+        """What failed, on which case, and (with `snippet`) the snippet that reproduces it."""
         case = ", ".join(f"{label}={value!r}" for label, value in self.minimal_case.items() if label != "seed")
         return (f"{self.check} of {self.implementation} on {self.device} in {self.dtype}: {for_terminal(self.message)}"
                 + (f"\n{case_title(self.minimal_case)}: {case}" if case else "")
-                + (f"\nreproduce with this snippet:\n\n{self.snippet}" if self.snippet else ""))
+                + (f"\nreproduce with this snippet:\n\n{self.snippet}" if self.snippet and snippet else ""))
 
 
 @dataclass(frozen=True)
@@ -96,10 +100,20 @@ class Report:
         return found
 
     def raise_for_failures(self) -> None:
-        """Raise AssertionError, with each failing cell's shrunk case and snippet, unless everything conforms."""
-        if not self.ok:
-            failures = self.failures
-            raise AssertionError(f"{len(failures)} failure(s):\n\n" + "\n\n".join(map(str, failures)))
+        """Raise AssertionError unless everything conforms: each failure with its shrunk case, and a snippet for
+        the first failure of each kind in each check (as the terminal shows them: the same bug in four dtypes
+        would otherwise fill a CI log with four snippets; `failures` keeps every one)."""
+        if self.ok:
+            return
+        failures = self.failures
+        shown: set[tuple[str, str]] = set()
+        texts = []
+        for failure in failures:
+            first = (failure.kind, failure.check) not in shown
+            shown.add((failure.kind, failure.check))
+            texts.append(failure.text(snippet=first) + ("" if first or not failure.snippet else
+                                                        "\n(a kind shown above with its snippet)"))
+        raise AssertionError(f"{len(failures)} failure(s), {len(shown)} kind(s) of failure:\n\n" + "\n\n".join(texts))
 
     def __str__(self) -> str:
         """The terminal's view: one line per implementation and contract, then every bug with its snippet."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
 import time
@@ -234,9 +235,13 @@ def parse(argv: Sequence[str], prog: str = "python -m fuzz") -> argparse.Namespa
     """Parse a command line. One that names no subcommand is the campaign's (`make fuzz ARGS=...`): argparse
     has no default subcommand, so it is named here, before argparse sees the arguments."""
     argv = list(argv)
+    parser = build_parser(prog)
+    if argv and argv[0] not in SUBCOMMANDS and not argv[0].startswith("-"):  # the campaign takes no positional
+        near = difflib.get_close_matches(argv[0], SUBCOMMANDS, n=1)
+        parser.error(f"unknown subcommand {argv[0]!r}" + (f" (did you mean {near[0]}?)" if near else "")
+                     + f": choose from {', '.join(SUBCOMMANDS)}, or name none for the campaign")
     if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help")):
         argv = ["campaign", *argv]
-    parser = build_parser(prog)
     args = parser.parse_args(argv)
     if clash := clashing_reports({"--json": getattr(args, "json", None), "--html": getattr(args, "html", None)}):
         parser.error(clash)

@@ -39,7 +39,24 @@ def check_call_shape(function: Callable[..., Any], contract: Any, name: str,
         signature.bind(*contract.input_names, **dict.fromkeys(keywords))
     except TypeError as error:
         form = "its ranks call it" if rank_call else f"the {contract.name} contract calls it"
-        raise CallShapeError(f"{name} cannot be called as {form}, {call}: {error}") from None
+        raise CallShapeError(f"{name} cannot be called as {form}, {call}: {error}"
+                             + _another_contract(signature, contract, rank_call)) from None
+
+
+def _another_contract(signature: inspect.Signature, contract: Any, rank_call: object) -> str:
+    """A hint where the function looks like a loss reduction's, fn(token_losses, token_mask), checked against the
+    default magnitude contract: the reduction is declared with its mode."""
+    from reference.contracts import get_contract  # the registry of contracts, only for this message
+
+    reduction = get_contract("reduction")
+    if rank_call or contract.name == reduction.name:
+        return ""
+    try:
+        signature.bind(*reduction.input_names)
+    except TypeError:
+        return ""
+    return (f"; a function of ({', '.join(reduction.input_names)}) -> loss is a loss reduction: declare its mode "
+            "(--reduction MODE on the command line, reduction=... in check)")
 
 
 @dataclass(frozen=True)

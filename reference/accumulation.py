@@ -134,9 +134,10 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
     # every cause that fits, the likelier first: on an even split of equal rows a chunk's own mean and a
     # factor of R give the same value, and the report cannot tell them apart
     # a candidate's own rounding grows with its size: the tolerance of the exact value, scaled to the candidate's
+    # and never for a combined loss nearer the exact one than the mistake's value
     causes = [text for value, text in candidates
               if abs(combined - value) <= 2 * tol * max(1.0, abs(value) / abs(exact) if exact else 1.0)
-              + 1e-6 * abs(value) and abs(value - exact) > 2 * tol]
+              + 1e-6 * abs(value) and abs(value - exact) > 2 * tol and abs(combined - value) < abs(combined - exact)]
     if not causes:
         return None
     ratio = f"{combined / exact:.4g}x" if exact else f"{combined:.6g} (exactly 0 expected)"

@@ -13,6 +13,7 @@ contract modules.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -147,8 +148,10 @@ class Parameter:
         """The canonical value of `given` (an alias resolved); ValueError naming the parameter if invalid."""
         value = self.aliases.get(given, given) if isinstance(given, str) else given
         if self.choices is not None and value not in self.choices:
-            spellings = ", ".join(map(str, (*self.choices, *self.aliases)))
-            raise ValueError(f"{self.name} must be one of {spellings}, got {given!r}")
+            spellings = [str(spelling) for spelling in (*self.choices, *self.aliases)]
+            near = difflib.get_close_matches(str(given), spellings, n=1)
+            raise ValueError(f"{self.name} must be one of {', '.join(spellings)}, got {given!r}"
+                             + (f" (did you mean {near[0]}?)" if near else ""))
         return self.check(value) if self.check is not None else value
 
 

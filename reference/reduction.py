@@ -490,6 +490,25 @@ def _epsilon_candidates(expected: Exact, tokens: int, divisor: int) -> list[tupl
     return found
 
 
+def _half_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[tuple[str, float]]:
+    """The declared mode with its counts (N, or each row's n_i) rounded to a half-precision dtype, as a mask cast
+    to the losses' dtype and summed keeps them: bfloat16 counts by ones only to 256, float16 to 2048."""
+    found = []
+    for half in ("bfloat16", "float16"):  # bfloat16 first: it stops counting by ones sooner
+        if expected.mode == TOKEN_MEAN and tokens:
+            rounded = float(round_to(np.array(tokens), half))
+            if rounded != tokens:
+                found.append((f"the exact sum / {rounded:g}, N = {tokens} rounded to {half}: the token count kept in "
+                              f"{half} (a mask cast to the losses' dtype and summed)?", expected.total / rounded))
+        if expected.mode == SEQ_MEAN_TOKEN_MEAN and divisor:
+            counts = round_to(expected.counts, half)
+            if np.any(counts != expected.counts):
+                means = math.fsum(s / n for s, n in zip(expected.row_sums, counts) if n > 0)
+                found.append((f"the exact {expected.mode} with each row's n_i rounded to {half}: the counts kept in "
+                               f"{half} (a mask cast to the losses' dtype and summed)?", means / divisor))
+    return found
+
+
 def _candidates(expected: Exact, got: float) -> list[tuple[str, float]]:
     """Exact values of what a wrong implementation of the declared mode often computes instead, each with what it
     says about the code; the declared mode's own slips first, then the other modes and conventions. `got`, the
@@ -514,6 +533,7 @@ def _candidates(expected: Exact, got: float) -> list[tuple[str, float]]:
     if mode == SEQ_MEAN_TOKEN_MEAN and divisor:
         found.append(("the per-sequence mean divided by D twice?", expected.row_means / divisor / divisor))
     found.extend(_epsilon_candidates(expected, tokens, divisor))
+    found.extend(_half_count_candidates(expected, tokens, divisor))
     # the declared mode with the other rows convention first: a slip of the declared mode, likelier than another
     # mode where a small case makes the two coincide
     for candidate in sorted(MODES, key=lambda other: other != mode):
@@ -542,15 +562,19 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
     """A wrong loss named in the contract's terms where it equals one of the usual mistakes' exact values (all
     that it equals, the likeliest first: a small case can make several coincide). "Equals" is within what the
     contract precision allows an implementation of that mistake to round, whatever precision judged the loss: the
-    hint names a formula, and under --precision strict that allowance spans many strict tolerances."""
+    hint names a formula, and under --precision strict that allowance spans many strict tolerances. A mistake is
+    named only where its exact value is itself out of tolerance, and never for a value nearer the declared mode's
+    exact loss than the mistake's: where the allowance is wide (half precision, long rows), a value a strict
+    tolerance rejects may still be nearly right."""
     expected = exact_results(case)  # the declared mode's
     got = float(np.asarray(values[LOSS]))
     if not math.isfinite(got):
         return None
     scale = max(float(tolerance(expected, case.dtype)[LOSS]), 1e-300)
+    exact = float(expected.loss)
     matches = [(text, value) for text, value in _candidates(expected, got)
                if abs(got - value) <= 2 * scale + 8 * unit_roundoff(case.dtype) * abs(value)
-               and abs(value - float(expected.loss)) > 2 * scale]
+               and abs(value - exact) > scale and abs(got - value) < abs(got - exact)]
     if not matches:
         return None
     return f"it equals {matches[0][1]:.6g}, " + "; or ".join(text for text, _ in matches[:3])
@@ -587,7 +611,9 @@ def _length_or_none(value: object) -> object:
     which the tolerance model assumes), finite."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"l_max must be a number (a length in tokens), got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value) or value < 1:
         raise ValueError(f"l_max must be a length of at least 1 (tokens), got {value!r}")
     return value
 

@@ -33,6 +33,10 @@ GOOD = "impls.numpy_impl:sequence_vs_token_normalization"
     ({"devices": [3]}, TypeError, "devices must be a list of names"),
     ({"framework": "tensorflow"}, ValueError, "framework must be one of"),
     ({"precision": "loose"}, ValueError, "precision must be one of"),
+    ({"reduction": "gpro"}, ValueError, "reduction must be one of token-mean, "),  # the argument, not "mode"
+    ({"reduction": "gpro"}, ValueError, "got 'gpro' (did you mean grpo?)"),
+    ({"reduction": "dr_grpo", "l_max": "1024"}, ValueError, "l_max must be a number (a length in tokens), got '1024' "
+     "(str)"),
     ({"framework": "array-api", "dtypes": ["float16"]}, ValueError,
      "dtypes: array-api has none of the dtypes asked for (float16): it holds float32, float64"),
 ])
@@ -110,7 +114,9 @@ def _agg_loss(loss_mat, loss_mask, loss_agg_mode):  # verl's signature: the mode
     (_agg_loss, {"reduction": "token-mean"},
      "fn: _agg_loss cannot be called as the reduction contract calls it, fn(token_losses, token_mask) -> loss: "
      "missing a required argument: 'loss_agg_mode'"),
-    (functools.partial(_agg_loss, loss_agg_mode="token-mean"), {}, "too many positional arguments"),
+    (functools.partial(_agg_loss, loss_agg_mode="token-mean"), {}, "too many positional arguments; a function of "
+     "(token_losses, token_mask) -> loss is a loss reduction: declare its mode (--reduction MODE on the command "
+     "line, reduction=... in check)"),
     (functools.partial(_agg_loss, loss_agg_mode="token-mean"), {"reduction": "token-mean", "accumulation": True},
      "got an unexpected keyword argument 'num_tokens'"),
 ])

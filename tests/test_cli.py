@@ -69,6 +69,8 @@ def test_usage_errors_exit_2():
     assert run_fuzz("--dtypes", "float8").returncode == 2
     jobs = run_fuzz("check", "impls.numpy_impl:normalize", "--framework", "numpy", "--jobs", "0")
     assert jobs.returncode == 2 and "argument --jobs: must be a positive integer" in jobs.stderr
+    misspelled = run_fuzz("chek", "impls.numpy_impl:normalize", "--framework", "numpy")
+    assert misspelled.returncode == 2 and "unknown subcommand 'chek' (did you mean check?)" in misspelled.stderr
 
 
 REDUCTION = ["--reduction", "token-mean", "--dtypes", "float32"]
@@ -129,6 +131,7 @@ def test_a_numpy_scalar_loss_is_a_0_d_result_and_its_values_are_judged(tmp_path)
     (["--reduction", "token-mean", "--dp-reduce", "sum"], "--dp-reduce is a convention of the per-chunk loss: it "
                                                           "needs --accumulation too"),
     (["--reduction", "fixed-length"], "mode needs --l-max, its positive constant L_max"),
+    (["--reduction", "gpro"], "error: --reduction must be one of token-mean, "),  # the option, not "mode"
 ])
 def test_a_declared_parameter_that_needs_another_names_both_options(options, message):
     result = run_fuzz("check", "impls.numpy_impl:sequence_vs_token_normalization", "--framework", "numpy", *options)
@@ -278,8 +281,11 @@ def test_a_call_that_never_returns_fails_within_the_time_limit(tmp_path, functio
     assert result.returncode == 1, result.stdout + result.stderr
     assert elapsed < 2 + 10, elapsed  # the limit, plus starting Python twice
     cell = json.loads((tmp_path / "r.json").read_text())["cells"][0]
-    assert "did not return within 2 s" in cell["failures"][0]
+    assert "did not return within 2 s" in cell["failures"][0] and "worker process killed" in cell["failures"][0]
     assert cell["counterexample"] and f"= {function}(token_log_probs, advantages, token_mask)" in cell["snippet"]
+    # its progress line, as every cell has one (the killed worker cannot write it): no silent minutes
+    line = f"misbehaving.py:{function} | cpu float32 | forward"
+    assert "FAIL" in result.stderr and line in result.stderr, result.stderr
 
 
 def test_check_writes_nothing_where_it_runs(tmp_path):

@@ -127,3 +127,36 @@ def test_an_epsilon_in_a_float64_denominator_is_named_and_vanishes_from_the_hint
     assert explain(per_sequence, {"loss": np.array(guarded)}).startswith(
         "it equals 2.35, the exact seq-mean-token-mean with n_i + 1e-08 and D + 1e-08: an epsilon added to every "
         "count")
+
+
+def test_a_loss_nearer_the_declared_value_than_any_mistake_is_not_named_as_one():
+    """bfloat16, one row of 1031 tokens, 700 selected (+64 and -64, summing to 128 x 64), token-mean declared: the
+    contract's allowance s is wide, and the mean over all 1031 positions lies about 3 s from the exact loss. A
+    loss 2 s from that mean but nearer the exact loss is nearly right, not that mistake (a value that fails only a
+    strict tolerance there once read "it equals" the mean it was far from); the mean itself is still named."""
+    from reference.reduction import explain
+
+    contract = get_contract("reduction", {"mode": "token-mean"})
+    losses, mask = np.full((1, 1031), -64.0), np.zeros((1, 1031), dtype=bool)
+    losses[0, :414], losses[0, 700:], mask[0, :700] = 64.0, 0.0, True
+    case = Case(contract=contract, dtype="bfloat16", token_losses=losses, token_mask=mask)
+    expected = exact_results(case)
+    exact, mean_over_all = float(expected.loss), float(expected.total) / 1031
+    allowance = float(contract.tolerance(expected, "bfloat16")["loss"])
+    assert 2 * allowance < exact - mean_over_all < 4 * allowance  # the window where the two rules differ
+    nearly_right = mean_over_all + 2 * allowance
+    assert explain(case, {"loss": np.array(nearly_right)}) is None
+    assert "the mean over all 1x1031 positions" in explain(case, {"loss": np.array(mean_over_all)})
+
+
+def test_a_token_count_kept_in_bfloat16_is_named():
+    """1031 selected tokens: bfloat16 counts by twos past 256 and holds 1032, so sum / 1032 is a count kept in
+    bfloat16 (a mask cast to the losses' dtype and summed), named as that even in a float32 cell."""
+    from reference.reduction import explain
+
+    contract = get_contract("reduction", {"mode": "token-mean"})
+    losses = (np.arange(1031.0) % 7 - 2).reshape(1, 1031)  # small integers, exact in every dtype
+    case = Case(contract=contract, dtype="float32", token_losses=losses, token_mask=np.ones((1, 1031), dtype=bool))
+    total = float(exact_results(case).total)
+    assert "N = 1031 rounded to bfloat16: the token count kept in bfloat16" in explain(
+        case, {"loss": np.array(total / 1032)})

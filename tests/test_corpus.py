@@ -124,5 +124,8 @@ def test_check_tells_bugs_from_correct_code(path, meta, tmp_path, record_propert
         failing = [cell for cell in cells if "gradients" in cell.check and not cell.ok]
         assert failing, f"{path.name}: its gradient bug was not found"
         assert "grad" in failing[0].snippet or "jax.vjp" in failing[0].snippet or "backward" in failing[0].snippet
+        if meta.get("EXPLAINS"):  # the report names the bug in the contract's terms
+            explained = [failure for cell in failing for failure in cell.failures if meta["EXPLAINS"] in failure]
+            assert explained, f"{path.name}: no failure says {meta['EXPLAINS']!r}: {failing[0].failures}"
     else:
         pytest.fail(f"{path.name}: unknown EXPECT {expect!r}")

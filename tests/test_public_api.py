@@ -3,6 +3,7 @@ suite's public API (`from fuzz import ...`)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -52,6 +53,19 @@ def test_a_bug_fails_with_the_shrunk_case_and_a_snippet():
         report.raise_for_failures()
 
 
+def test_a_bug_in_every_dtype_raises_with_its_snippet_once():
+    """A CI log gets the snippet of each kind of failure once, not once per dtype; `failures` keeps them all."""
+    report = check(normalize_by_padded_length, framework="torch", dtypes=["float32", "float64"], max_examples=50,
+                   seed=0, gradients=False)
+    kinds = {(failure.kind, failure.check) for failure in report.failures}
+    assert len(report.failures) > len(kinds) and all(failure.snippet for failure in report.failures)
+    with pytest.raises(AssertionError) as raised:
+        report.raise_for_failures()
+    message = str(raised.value)
+    assert message.count("reproduce with this snippet") == len(kinds)
+    assert message.count("(a kind shown above with its snippet)") == len(report.failures) - len(kinds)
+
+
 def sleeps(token_log_probs, advantages, token_mask):
     time.sleep(30)
 
@@ -62,6 +76,25 @@ def test_a_function_that_hangs_fails_instead_of_hanging_ci():
     assert time.monotonic() - started < 10
     assert [failure.kind for failure in report.failures] == ["call timed out"]
     assert "sleeps(token_log_probs, advantages, token_mask)" in report.failures[0].snippet
+    # time.sleep is C code, which a thread cannot be interrupted in: the report says so, and what to do
+    assert "could not be stopped" in report.failures[0].message and "workers=N" in report.failures[0].message
+
+
+def spins(token_log_probs, advantages, token_mask):
+    while True:
+        pass
+
+
+def test_a_function_that_loops_forever_is_interrupted_and_leaves_the_process_to_the_next_check():
+    before = set(threading.enumerate())  # an earlier test's sleeping call may still be running
+    report = check(spins, framework="torch", dtypes=["float32"], timeout=1)
+    assert [failure.kind for failure in report.failures] == ["call timed out", "call timed out"]  # both cells
+    assert all("was interrupted in its thread" in failure.message for failure in report.failures)
+    assert not [thread for thread in set(threading.enumerate()) - before if thread.name == "lossnorm-fuzz call"]
+    # no abandoned loop left to share the interpreter with: the next check runs at its usual speed
+    started = time.monotonic()
+    assert check(normalize, framework="torch", dtypes=["float32"], max_examples=10).ok
+    assert time.monotonic() - started < 20
 
 
 def interrupts(token_log_probs, advantages, token_mask):

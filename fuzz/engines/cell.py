@@ -30,7 +30,7 @@ from fuzz.judge.verdict import Verdict
 from fuzz.report.results import Bug, CellResult
 from fuzz.run.calls import CallTimedOut, Watcher
 from fuzz.run.cell import fuzz_cell
-from fuzz.run.interrupted import TIMEOUT, interrupted_cell, timed_out
+from fuzz.run.interrupted import TIMEOUT, interrupted_cell, timed_out_in_process
 from fuzz.run.plan import CellTask
 from fuzz.run.subjects import SubjectSpec, available_adapter, build_subject, snippet_source, watch_subject
 from reference.case import Case
@@ -152,5 +152,5 @@ def run_sharded_cell(task: CellTask, watcher: Watcher | None = None, subject: Su
                          bug=bug, emphasis="splits",
                          fixed=fixed_cases(task.check, split=True))
     except CallTimedOut as stopped:
-        return interrupted_cell(snippet_source(subject), task, stopped.call, timed_out(stopped.seconds, stopped.call),
+        return interrupted_cell(snippet_source(subject), task, stopped.call, timed_out_in_process(stopped),
                                 TIMEOUT, seconds=time.perf_counter() - started, contract=subject.contract.label)

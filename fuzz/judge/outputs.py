@@ -67,9 +67,14 @@ def check_gradient_arrays(vjp: VJP, adapter: Framework, case: Case) -> tuple[Rea
     """Every differentiable input has a gradient (no output detached, the graph not cut), an array of the
     input's dtype and shape; read back as float64."""
     contract, verdict = case.contract, Verdict()
+    # where nothing is selected the usual cause is a branch that returns a fresh constant (ROLL 3a7b01f9): the
+    # contract wants the loss computed from the losses even then, so its gradient exists and is 0
+    nothing_selected = bool(vjp.detached) and not case.mask.any()
     for name in vjp.detached:
         verdict.fail(GRADIENT_MISSING, f"{name} carries no gradient (it does not require grad: computed under "
-                                       "no_grad, detached, or rebuilt from Python numbers?)")
+                                       "no_grad, detached, or rebuilt from Python numbers?"
+                     + (" No token is selected: a fresh constant returned for that cuts the graph; the loss must "
+                        "still be computed from the inputs, its gradient exactly 0)" if nothing_selected else ")"))
     values, sizes = {}, case.sizes
     for spec in contract.differentiable_inputs:
         got, label = vjp.gradients.get(spec.name), f"d {spec.name}"

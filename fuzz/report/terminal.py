@@ -158,7 +158,8 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
         for problem in cell.problems:
             lines += ["", *wrap(f"=== FAIL {where}: {for_terminal(problem)}")]
         for number, bug in enumerate(cell.bugs, 1):
-            title = f"{where}: {bug.kind}" + (f" (bug {number} of {len(cell.bugs)})" if len(cell.bugs) > 1 else "")
+            several = len(cell.bugs) > 1
+            title = f"{where}: {bug.kind}" + (f" (bug {number} of {len(cell.bugs)} in this cell)" if several else "")
             key = (cell.contract, bug.kind, cell.check)
             if key in shown:
                 # a message that starts with its kind ("raised TypeError: ...") is shown after the kind without it

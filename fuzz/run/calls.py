@@ -4,12 +4,15 @@ that never returns, or kills its process, can still be reported with that case a
 A `Watcher` decides what watching means. In a worker process (fuzz/run/workers.py) it tells the parent, over
 a pipe, that a call starts and ends; the parent kills the worker when a call overruns its time limit, so
 a hang in C code is stopped too. In-process (the Python API without workers) it runs the call in a helper
-thread and abandons it on timeout: Python cannot stop a thread, so the abandoned call keeps its core busy
-until it returns, and a segfault still takes the process down (workers avoid both).
+thread and, on timeout, raises CallInterrupted inside that thread: a call looping in Python stops at its next
+bytecode, so a later call or cell does not share the process with it. A call blocked in C code cannot be
+stopped that way: it is abandoned and keeps its core busy until it returns, and a segfault still takes the
+process down (workers avoid both).
 """
 
 from __future__ import annotations
 
+import ctypes
 import queue
 import threading
 import weakref
@@ -26,6 +29,9 @@ from reference.case import Case
 # cache on the 2-core development machine under the load of other jobs; jax.jit's first compile takes a
 # few seconds. 120 s leaves room for a slower or busier machine while a real hang still ends in 2 minutes.
 DEFAULT_TIMEOUT = 120.0
+# How long an interrupted call gets to unwind (its `finally` blocks, a framework's clean-up) before it is
+# reported as still running.
+INTERRUPT_GRACE = 2.0
 
 
 @dataclass(frozen=True)
@@ -43,12 +49,30 @@ class Call:
 class CallTimedOut(StopsTheCell):
     """A call overran its time limit. A BaseException, so that neither the checks (which make what the call
     raised the function's failure) nor Hypothesis (which would shrink it, one time limit per try) catch
-    it: it ends the cell at once, and the cell is failed with this call's case."""
+    it: it ends the cell at once, and the cell is failed with this call's case. `stopped`: whether the call
+    ended after it was interrupted (else it still runs in an abandoned thread)."""
 
-    def __init__(self, call: Call, seconds: float) -> None:
+    def __init__(self, call: Call, seconds: float, stopped: bool = True) -> None:
         super().__init__(f"a call did not return within {seconds:g} s")
         self.call = call
         self.seconds = seconds
+        self.stopped = stopped
+
+
+class CallInterrupted(BaseException):
+    """Raised inside a call that overran its time limit, in the thread running it. A BaseException, like
+    KeyboardInterrupt, so that the function's own `except Exception` does not swallow it."""
+
+
+def _interrupt(thread: threading.Thread, inbox: queue.SimpleQueue) -> bool:
+    """Stop the call `thread` is running and then the thread itself; True if it ended within INTERRUPT_GRACE.
+    CPython raises the exception at the thread's next bytecode: a loop in Python stops, a call blocked in C
+    code only when it returns to Python."""
+    inbox.put(None)  # once the call ends, its serving thread ends too
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(CallInterrupted))
+    thread.join(INTERRUPT_GRACE)
+    return not thread.is_alive()
 
 
 class Watcher:
@@ -61,7 +85,8 @@ class Watcher:
 class ThreadWatcher(Watcher):
     """In-process time limit: the calls run, one at a time, in a daemon thread that serves them in turn (a
     thread per call costs about 2 ms of start-up and the frameworks' per-thread set-up, ten times a small call);
-    a call that overruns is abandoned with its thread, and the next call gets a fresh one."""
+    a call that overruns is interrupted (or, stuck in C code, abandoned) with its thread, and the next call gets
+    a fresh one."""
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
@@ -72,13 +97,16 @@ class ThreadWatcher(Watcher):
         inbox: queue.SimpleQueue = queue.SimpleQueue()
 
         def serve() -> None:
-            while (job := inbox.get()) is not None:
-                thunk, done, outcome = job
-                try:
-                    outcome["value"] = thunk()
-                except BaseException as error:  # re-raised in the caller's thread: the call's, whatever it is
-                    outcome["error"] = carried(error)
-                done.set()
+            try:
+                while (job := inbox.get()) is not None:
+                    thunk, done, outcome = job
+                    try:
+                        outcome["value"] = thunk()
+                    except BaseException as error:  # re-raised in the caller's thread: the call's, whatever it is
+                        outcome["error"] = carried(error)
+                    done.set()
+            except CallInterrupted:  # it landed between calls (the call returned as its time ran out): end here
+                pass
 
         thread = threading.Thread(target=serve, name="lossnorm-fuzz call", daemon=True)
         thread.start()
@@ -107,8 +135,9 @@ class ThreadWatcher(Watcher):
         done, outcome = threading.Event(), {}
         self._inbox.put((thunk, done, outcome))
         if not done.wait(self.timeout):
-            self._inbox = self._thread = None  # that thread is still in the call: leave it to it
-            raise CallTimedOut(call, self.timeout)
+            inbox, thread = self._inbox, self._thread
+            self._inbox = self._thread = None  # the next call gets a fresh thread, whatever becomes of this one
+            raise CallTimedOut(call, self.timeout, stopped=_interrupt(thread, inbox))
         if "error" in outcome:
             raise outcome["error"]
         return outcome["value"]

@@ -29,7 +29,7 @@ from fuzz.report.results import FIXED_CASE, Bug, CellResult
 from fuzz.report.snippet import snippet_for
 from fuzz.report.terminal import progress_line
 from fuzz.run.calls import CallTimedOut, Watcher
-from fuzz.run.interrupted import TIMEOUT, interrupted_cell, timed_out
+from fuzz.run.interrupted import TIMEOUT, interrupted_cell, timed_out_in_process
 from fuzz.run.plan import CellTask
 from fuzz.run.subjects import snippet_source, watch_subject
 from reference.case import Case
@@ -203,7 +203,7 @@ def fuzz_task(subject: Subject, task: CellTask, watcher: Watcher) -> CellResult:
                          check=task.check, fixed=fixed_cases(task.check),
                          example_check=gradient_example if task.check == "gradients" else forward_example)
     except CallTimedOut as stopped:
-        cell = interrupted_cell(snippet_source(subject), task, stopped.call, timed_out(stopped.seconds, stopped.call),
+        cell = interrupted_cell(snippet_source(subject), task, stopped.call, timed_out_in_process(stopped),
                                 TIMEOUT, seconds=time.perf_counter() - started, contract=contract_label(subject))
     progress(task, cell)
     return cell

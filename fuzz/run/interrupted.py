@@ -8,7 +8,7 @@ import signal
 
 from fuzz.report.results import Bug, CellResult
 from fuzz.report.snippet import SnippetSource, snippet_for
-from fuzz.run.calls import Call
+from fuzz.run.calls import Call, CallTimedOut
 
 TIMEOUT = "call timed out"
 CRASH = "worker process died"
@@ -29,9 +29,25 @@ def interrupted_cell(source: SnippetSource, task: object, call: Call | None, fai
     return result
 
 
-def timed_out(seconds: float, call: Call) -> str:
-    return (f"a {call.what} call did not return within {seconds:g} s (the --timeout per call) and was stopped; "
-            "the case below is the one it was running (not shrunk)")
+# How a call that overran its time limit ended: its worker process killed; interrupted in its thread (the
+# in-process API); or still running there (blocked in C code, where Python cannot stop a thread).
+KILLED, INTERRUPTED, ABANDONED = "killed", "interrupted", "abandoned"
+_ENDINGS = {
+    KILLED: "was stopped (its worker process killed)",
+    INTERRUPTED: "was interrupted in its thread",
+    ABANDONED: ("could not be stopped: it is still running in a thread of this process (a call blocked in C "
+                "code cannot be interrupted; check(..., workers=N) runs calls in processes that are killed instead)"),
+}
+
+
+def timed_out(seconds: float, call: Call, ending: str = KILLED) -> str:
+    return (f"a {call.what} call did not return within {seconds:g} s (the time limit per call: --timeout, or "
+            f"check's timeout=) and {_ENDINGS[ending]}; the case below is the one it was running (not shrunk)")
+
+
+def timed_out_in_process(stopped: CallTimedOut) -> str:
+    """timed_out for a call the in-process watcher (fuzz/run/calls.py) gave up on."""
+    return timed_out(stopped.seconds, stopped.call, INTERRUPTED if stopped.stopped else ABANDONED)
 
 
 def died(exitcode: int | None, call: Call | None) -> str:

@@ -4,6 +4,7 @@ process, from a `SubjectSpec` small enough to send to a worker process."""
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -70,7 +71,10 @@ def declared_contract(reduction: str | None = None, rows: str | None = None, l_m
     parameters: dict[str, Any] = {"mode": reduction, "rows": rows or "all", "l_max": l_max}
     if accumulation:
         parameters.update(dp_reduce=dp_reduce or "mean", backward_scale=backward_scale or "1")
-    contract = get_contract("accumulation" if accumulation else "reduction", parameters)  # ValueError naming one
+    try:
+        contract = get_contract("accumulation" if accumulation else "reduction", parameters)  # ValueError naming one
+    except ValueError as error:  # the contract's parameter `mode` is the argument `reduction` here
+        raise ValueError(re.sub(r"^mode\b", spell("reduction"), str(error))) from None
     return contract.name, dict(contract.bound)
 
 

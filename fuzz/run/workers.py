@@ -134,13 +134,16 @@ class _Worker:
 
 
 def _failed(worker: _Worker, failure: str, kind: str, call: Call | None) -> CellResult:
-    """The worker's cell, failed; with a snippet of `call` where the worker had described its subject."""
+    """The worker's cell, failed; with a snippet of `call` where the worker had described its subject. Its
+    progress line is written here: the worker that would have written it is gone."""
     task = worker.task
     assert task is not None
     source = worker.source or SnippetSource(task.subject.name, "", (), "", None, ())
     call = call if worker.source is not None else None
-    return interrupted_cell(source, task, call, failure, kind, seconds=time.monotonic() - worker.cell_started,
+    cell = interrupted_cell(source, task, call, failure, kind, seconds=time.monotonic() - worker.cell_started,
                             contract=task.subject.bound_contract.label)
+    progress(task, cell)
+    return cell
 
 
 def worker_context(frameworks: Sequence[str], modules: Sequence[str] = ()) -> tuple[Any, bool]:

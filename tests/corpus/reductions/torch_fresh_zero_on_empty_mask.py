@@ -3,6 +3,7 @@ FRAMEWORK = "torch"
 EXPECT = "reject-gradients"
 CONTRACT = "reduction"
 REDUCTION = "token-mean"
+EXPLAINS = "a fresh constant returned for that cuts the graph"
 import torch
 
 
