@@ -23,6 +23,7 @@ declared parameters and the explanation of a wrong value in the contract's terms
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -611,8 +612,8 @@ def _length_or_none(value: object) -> object:
     which the tolerance model assumes), finite."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"l_max must be a number (a length in tokens), got {value!r} ({type(value).__name__})")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"l_max must be a number (a length in tokens), got {type(value).__name__} {value!r}")
     if not math.isfinite(value) or value < 1:
         raise ValueError(f"l_max must be a length of at least 1 (tokens), got {value!r}")
     return value

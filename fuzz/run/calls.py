@@ -68,9 +68,11 @@ def _interrupt(thread: threading.Thread, inbox: queue.SimpleQueue) -> bool:
     """Stop the call `thread` is running and then the thread itself; True if it ended within INTERRUPT_GRACE.
     CPython raises the exception at the thread's next bytecode: a loop in Python stops, a call blocked in C
     code only when it returns to Python."""
-    inbox.put(None)  # once the call ends, its serving thread ends too
+    # The exception first: the thread cannot leave its serving loop before the None below, so the exception lands
+    # in the call or in the loop, never in the thread's own shutdown
     if thread.ident is not None:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(CallInterrupted))
+    inbox.put(None)  # once the call ends, its serving thread ends too
     thread.join(INTERRUPT_GRACE)
     return not thread.is_alive()
 
@@ -95,9 +97,11 @@ class ThreadWatcher(Watcher):
 
     def _start(self) -> queue.SimpleQueue:
         inbox: queue.SimpleQueue = queue.SimpleQueue()
+        serving = threading.Event()
 
         def serve() -> None:
             try:
+                serving.set()  # inside the try: an interrupt of a call that overran a tiny time limit lands here
                 while (job := inbox.get()) is not None:
                     thunk, done, outcome = job
                     try:
@@ -110,6 +114,7 @@ class ThreadWatcher(Watcher):
 
         thread = threading.Thread(target=serve, name="lossnorm-fuzz call", daemon=True)
         thread.start()
+        serving.wait()
         self._thread = thread
         weakref.finalize(self, inbox.put, None)  # the watcher gone, its idle thread ends
         return inbox
