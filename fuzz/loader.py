@@ -44,8 +44,8 @@ def check_call_shape(function: Callable[..., Any], contract: Any, name: str,
 
 
 def _another_contract(signature: inspect.Signature, contract: Any, rank_call: object) -> str:
-    """A hint where the function looks like a loss reduction's, fn(token_losses, token_mask), checked against the
-    default magnitude contract (no mode declared): the reduction is declared with its mode."""
+    """A hint where the function takes the loss reduction's inputs but was checked against the default magnitude
+    contract (no mode declared): the reduction is declared with its mode."""
     from reference.contracts import CONTRACT_NAMES, get_contract  # the registry of contracts, only for this message
 
     if rank_call or contract.name != CONTRACT_NAMES[0]:
