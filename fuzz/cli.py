@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import re
 import sys
 import time
 import traceback
@@ -442,9 +441,7 @@ def check(args: argparse.Namespace) -> int:
         _, bound = declared_contract(args.reduction, args.rows, args.l_max, args.accumulation, args.dp_reduce,
                                      args.backward_scale, spell=option_spelling)
     except ValueError as error:  # a declared parameter that is wrong, or one that needs another (--l-max)
-        # the contract's own messages name its parameters as the Python API spells them
-        message = re.sub(r"\b(l_max|dp_reduce|backward_scale)\b", lambda found: option_spelling(found[1]), str(error))
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {error}", file=sys.stderr)
         return USAGE_ERROR
     for note in unread_parameters(bound, args.rows, args.l_max, spell=option_spelling):
         print(f"note: {note}", file=sys.stderr)

@@ -73,8 +73,10 @@ def declared_contract(reduction: str | None = None, rows: str | None = None, l_m
         parameters.update(dp_reduce=dp_reduce or "mean", backward_scale=backward_scale or "1")
     try:
         contract = get_contract("accumulation" if accumulation else "reduction", parameters)  # ValueError naming one
-    except ValueError as error:  # the contract's parameter `mode` is the argument `reduction` here
-        raise ValueError(re.sub(r"^mode\b", spell("reduction"), str(error))) from None
+    except ValueError as error:  # the contract names its parameters; here they are arguments (`mode` is `reduction`)
+        message = re.sub(r"^mode\b", spell("reduction"), str(error))
+        raise ValueError(re.sub(r"\b(l_max|dp_reduce|backward_scale)\b", lambda found: spell(found[1]), message)
+                         ) from None
     return contract.name, dict(contract.bound)
 
 
