@@ -106,9 +106,25 @@ def _report_path(text: str) -> Path:
     return Path(text)
 
 
+class _PrintVersion(argparse.Action):
+    """argparse's version action, with the version read only when asked: it lives in fuzz, whose imports a
+    benchmark run does not otherwise need."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show the suite's version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from fuzz.version import VERSION
+
+        print(parser.prog, VERSION)  # on stdout, as argparse's own version action prints
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_PrintVersion)
     choices = {option: ",".join(names) for option, names in CHOICES.items()}
     parser.add_argument("--contracts", type=_selection("contracts"),
                         help=f"comma-separated from {choices['contracts']}; default: every one with single-process "

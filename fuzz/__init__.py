@@ -10,6 +10,7 @@ The public API (fuzz/api.py; importing it imports no framework):
 """
 
 from fuzz.api import Failure, Report, as_arrays, cases, check, check_case
+from fuzz.version import VERSION as __version__
 from reference.case import Case
 
-__all__ = ["Case", "Failure", "Report", "as_arrays", "cases", "check", "check_case"]
+__all__ = ["Case", "Failure", "Report", "__version__", "as_arrays", "cases", "check", "check_case"]

@@ -37,6 +37,7 @@ from fuzz.run.subjects import (
     unread_parameters,
 )
 from fuzz.run.workers import Workers, default_jobs, mode_imports, run_cells
+from fuzz.version import VERSION
 from impls.frameworks import prepare_process
 from impls.registry import builtin_imports, builtin_names, get_implementation
 from reference.contracts import CONTRACT_NAMES, get_contract
@@ -224,6 +225,8 @@ def build_parser(prog: str = "python -m fuzz") -> argparse.ArgumentParser:
         f"conforms; {COUNTEREXAMPLE}: a counterexample; 2: usage or load error; {INTERNAL_ERROR}: the fuzzer "
         f"itself failed; {INTERRUPTED}: interrupted (Ctrl-C).",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}",
+                        help="show the suite's version and exit")
     subparsers = parser.add_subparsers(title="subcommands", dest="command", metavar="{campaign,check}")
     _add_campaign(subparsers)
     _add_check(subparsers)
@@ -239,7 +242,7 @@ def parse(argv: Sequence[str], prog: str = "python -m fuzz") -> argparse.Namespa
         near = difflib.get_close_matches(argv[0], SUBCOMMANDS, n=1)
         parser.error(f"unknown subcommand {argv[0]!r}" + (f" (did you mean {near[0]}?)" if near else "")
                      + f": choose from {', '.join(SUBCOMMANDS)}, or name none for the campaign")
-    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help")):
+    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["campaign", *argv]
     args = parser.parse_args(argv)
     if clash := clashing_reports({"--json": getattr(args, "json", None), "--html": getattr(args, "html", None)}):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fuzz.judge.anchors import FORWARD_FIXED_CASES
+from fuzz.version import VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -165,6 +166,7 @@ def test_a_correct_function_conforms(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["ok"] and len(report["cells"]) == 4
+    assert report["versions"]["lossnorm-difftest"] == VERSION  # a verdict names the suite that reached it
     # the default 40 drawn examples, then the forward cell's fixed cases (the draws found nothing)
     assert all(cell["examples"] == 40 + len(FORWARD_FIXED_CASES.last) for cell in report["cells"])
 
@@ -324,6 +326,14 @@ def test_every_command_has_help():
     assert "conformance matrix" in run_fuzz("campaign", "--help").stdout
     assert "--framework" in run_fuzz("check", "--help").stdout
     assert "--timeout SECONDS" in run_fuzz("check", "--help").stdout
+
+
+@pytest.mark.parametrize("command", [["python", "-m", "fuzz"], ["python", "-m", "bench"]], ids=["fuzz", "bench"])
+def test_both_commands_print_the_suite_version(command):
+    result = subprocess.run([sys.executable, *command[1:], "--version"], cwd=ROOT, capture_output=True, text=True,
+                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{' '.join(command)} {VERSION}\n"
 
 
 def test_without_a_subcommand_the_campaign_runs():

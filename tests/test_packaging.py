@@ -15,6 +15,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from fuzz.version import VERSION
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("bench", "fuzz", "impls", "reference")  # the top-level packages the wheel installs, and only these
 
@@ -47,6 +49,7 @@ def test_the_wheel_holds_every_tracked_module_of_the_four_packages_and_one_comma
         top_level = archive.read(f"{info}/top_level.txt").decode().split()
         entry_points = archive.read(f"{info}/entry_points.txt").decode()
     assert sorted(top_level) == list(PACKAGES)
+    assert info == f"lossnorm_difftest-{VERSION}.dist-info"  # the version the commands print, read from fuzz
     # Nothing else at the top: not tests/, not the corpus.
     assert {name.split("/", 1)[0] for name in names} == {*PACKAGES, info}
     # Against the tracked tree, not a list of subpackages: a subpackage added later (with or without a line in
@@ -84,6 +87,7 @@ def test_the_installed_wheel_runs_from_outside_the_checkout(wheel, tmp_path):
     usage = run(command, "--help")
     assert usage.returncode == 0, usage.stderr
     assert "usage:" in usage.stdout
+    assert run(command, "--version").stdout == f"lossnorm-fuzz {VERSION}\n"
 
     code = ("import json, fuzz, fuzz.engines, impls.frameworks, fuzz.cli; "
             "print(json.dumps([m.__file__ for m in (fuzz, fuzz.engines, impls.frameworks, fuzz.cli)]))")

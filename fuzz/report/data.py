@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fuzz.report.results import CellResult
+from fuzz.version import VERSION
 
 
 def report_data(results: Sequence[CellResult], meta: dict[str, Any]) -> dict[str, Any]:
@@ -21,7 +22,7 @@ def report_data(results: Sequence[CellResult], meta: dict[str, Any]) -> dict[str
 
 def environment() -> dict[str, Any]:
     """The versions and the machine a verdict was reached on (a framework not yet imported is not imported)."""
-    versions = {"python": platform.python_version()}
+    versions = {"lossnorm-difftest": VERSION, "python": platform.python_version()}
     for name in ("numpy", "torch", "jax", "jaxlib", "triton", "hypothesis", "array-api-strict"):
         try:  # the installed distribution's version, read without importing it
             versions[name] = importlib.metadata.version(name)
