@@ -434,6 +434,10 @@ def run_check(args: argparse.Namespace, started: Workers | None = None) -> list[
                      started=started)
 
 
+# How a rank form's ranks run, for the report's heading (the progress lines name each cell's the same way).
+RANK_FORMS = {"torch": "torch.distributed ranks under DDP", "jax": "jax.shard_map ranks"}
+
+
 def option_spelling(name: str) -> str:
     """A declared parameter's option: l_max -> --l-max."""
     return "--" + name.replace("_", "-")
@@ -479,7 +483,9 @@ def check(args: argparse.Namespace) -> int:
     finally:
         workers.close()
     elapsed = time.perf_counter() - started
-    how = f"sharded over {args.sharded} meshes" if args.sharded else args.framework
+    how = (f"sharded over {args.sharded} meshes" if args.sharded else
+           f"{args.framework}, on {RANK_FORMS[args.framework]}" if args.ranks else
+           f"{args.framework}, over micro-batches" if args.accumulation else args.framework)
     contract = check_spec(args, args.framework or "").bound_contract
     assumed = "; masked values assumed finite" if args.masked_values == "finite" else ""
     print("", *wrap(f"{args.target} ({how}; {contract.label}{assumed}), {elapsed:.0f} s"), sep="\n")

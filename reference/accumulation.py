@@ -23,6 +23,7 @@ rounds its own loss, and multiplies by its compensation (dp_size, or G).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -88,6 +89,21 @@ def _chunk_losses(chunks: Sequence[Case], bound: Mapping[str, Any]) -> list[floa
                                       bound["l_max"]).loss) for chunk in chunks]
 
 
+def _rank_losses(chunks: Sequence[Case], bound: Mapping[str, Any], ranks: int, steps: int) -> list[float]:
+    """Each rank's exact loss over its own G micro-batches as one batch (the chunks are rank-major): its sums over
+    the counts of that rank alone, N and D counted on the rank and not all-reduced over the ranks."""
+    values = chunks[0].contract.differentiable_inputs[0].name
+    own = [reduction.reference(chunk.values[values], chunk.mask, bound["mode"], bound["rows"], bound["l_max"])
+           for chunk in chunks]
+    losses = []
+    for rank in range(ranks):
+        mine = own[rank * steps:(rank + 1) * steps]
+        losses.append(reduction._loss(bound["mode"], math.fsum(e.total for e in mine),
+                                      math.fsum(e.row_means for e in mine), sum(int(e.counts.sum()) for e in mine),
+                                      sum(e.rows_divisor() for e in mine), bound["l_max"]))
+    return losses
+
+
 def _padded_width_losses(chunks: Sequence[Case], bound: Mapping[str, Any], divisor: int) -> list[float]:
     """Each chunk's exact share of the step's seq-mean-token-sum-norm with L_max its own padded width: its own
     batch's loss with that L_max, rescaled from its own D to the step's `divisor`."""
@@ -102,8 +118,8 @@ def _padded_width_losses(chunks: Sequence[Case], bound: Mapping[str, Any], divis
 
 def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: int, combined: float) -> str | None:
     """The combined loss named by what it is off by, where one of the usual mistakes' exact values matches it: a
-    mean of the chunks' own means, L_max from each chunk's padded width, a missing or doubled 1/G or dp_size, a
-    per-row clamp(min=1) in the count."""
+    mean of the chunks' own means, each rank's own count not all-reduced, L_max from each chunk's padded width, a
+    missing or doubled 1/G or dp_size, a per-row clamp(min=1) in the count."""
     expected = exact_results(case)
     exact = float(expected.loss)
     bound = case.contract.bound
@@ -111,8 +127,15 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
     share = CONTRACT_CHUNKED.weight(bound, ranks, steps) * compensation(bound, ranks, steps)
     tokens = int(expected.counts.sum())
     own_means = sum(_chunk_losses(chunks, bound))
-    candidates = [(share * own_means,
-                   "does each micro-batch divide by its own token count (or rows): a mean of micro-batch means?"),
+    not_all_reduced = "not the step's all-reduced over the ranks"
+    own_count = ("does each micro-batch divide by its own token count (or rows)"
+                 + (f", {not_all_reduced}" if ranks > 1 and steps == 1 else "") + ": a mean of micro-batch means?")
+    candidates = [(share * own_means, own_count),
+                  # the count a rank makes over its own G micro-batches, never all-reduced over the ranks (with
+                  # G = 1 it is each micro-batch's own, the line above)
+                  *([(share * sum(_rank_losses(chunks, bound, ranks, steps)),
+                      f"does each rank divide by its own token count (or rows), {not_all_reduced}?")]
+                    if ranks > 1 and steps > 1 else []),
                   # the form trainers ship: each chunk's own mean, nothing rescaled, averaged by the ranks and the
                   # 1/G (or summed and divided by G): the plain mean of the R x G micro-batches' means
                   (own_means / (ranks * steps),

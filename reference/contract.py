@@ -104,12 +104,20 @@ class ValueMenu:
     """How the strategies draw one float input: a labelled kind from `kinds` (weighted by repetition; the first
     is the simplest, where shrinking goes), then `make(rng, kind, shape, zero_fraction)` makes the values.
     `split_kinds`: the kinds an engine's cells draw from (None: the same), leaving out those under which no
-    gradient crosses ranks (every advantage 0), so that a split's few examples exercise the collectives."""
+    gradient crosses ranks (every advantage 0), so that a split's few examples exercise the collectives.
+    `one_sign`: a kind whose values all share one sign (None: none is named), so that a row's sum grows with its
+    length: a count or a running sum gone wrong on a long row then shows beyond the sum's own rounding, where
+    values of both signs cancel and hide it under the tolerance (the fixed case of long rows draws this kind)."""
 
     label: str
     kinds: tuple[str, ...]
     make: Callable[[np.random.Generator, str, tuple[int, ...], float], np.ndarray]
     split_kinds: tuple[str, ...] | None = None
+    one_sign: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.one_sign is not None and self.one_sign not in self.kinds:
+            raise ValueError(f"{self.label}: one_sign {self.one_sign!r} is not one of its kinds {self.kinds}")
 
 
 @dataclass(frozen=True)

@@ -573,7 +573,7 @@ def _bound(values: dict[str, np.ndarray], mask: np.ndarray, dtype: str, repeats:
 
 
 DOMAIN = Domain(
-    menus={LOG_PROBS: ValueMenu("log-prob values", TOKEN_VALUE_KINDS, draw_values),
+    menus={LOG_PROBS: ValueMenu("log-prob values", TOKEN_VALUE_KINDS, draw_values, one_sign="log-probs"),
            ADVANTAGES: ValueMenu("advantages", _weighted(ADVANTAGE_KINDS, {"mixed signs": 3}), _advantages,
                                  split_kinds=("mixed signs", "mixed signs", "all equal", "some exactly 0"))},
     bound=_bound,

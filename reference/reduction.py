@@ -440,7 +440,8 @@ def _bound(values: dict[str, np.ndarray], mask: np.ndarray, dtype: str, repeats:
     return {LOSSES: losses * 2.0 ** -np.ceil(np.log2(worst))}
 
 
-DOMAIN = Domain(menus={LOSSES: ValueMenu("token loss values", LOSS_KINDS, draw_values)}, bound=_bound)
+DOMAIN = Domain(menus={LOSSES: ValueMenu("token loss values", LOSS_KINDS, draw_values, one_sign="log-probs")},
+                bound=_bound)
 
 COTANGENT_KINDS = ("one", "drawn", "zero")  # loss.backward() is the first; a scale of either sign; nothing
 
@@ -493,20 +494,21 @@ def _epsilon_candidates(expected: Exact, tokens: int, divisor: int) -> list[tupl
 
 def _half_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[tuple[str, float]]:
     """The declared mode with its counts (N, or each row's n_i) rounded to a half-precision dtype, as a mask cast
-    to the losses' dtype and summed keeps them: bfloat16 counts by ones only to 256, float16 to 2048."""
+    to the losses' half dtype, or to a model's compute dtype whatever the losses', and summed keeps them:
+    bfloat16 counts by ones only to 256, float16 to 2048."""
     found = []
     for half in ("bfloat16", "float16"):  # bfloat16 first: it stops counting by ones sooner
         if expected.mode == TOKEN_MEAN and tokens:
             rounded = float(round_to(np.array(tokens), half))
             if rounded != tokens:
                 found.append((f"the exact sum / {rounded:g}, N = {tokens} rounded to {half}: the token count kept in "
-                              f"{half} (a mask cast to the losses' dtype and summed)?", expected.total / rounded))
+                              f"{half} (a mask cast to a half-precision dtype and summed)?", expected.total / rounded))
         if expected.mode == SEQ_MEAN_TOKEN_MEAN and divisor:
             counts = round_to(expected.counts, half)
             if np.any(counts != expected.counts):
                 means = math.fsum(s / n for s, n in zip(expected.row_sums, counts) if n > 0)
                 found.append((f"the exact {expected.mode} with each row's n_i rounded to {half}: the counts kept in "
-                               f"{half} (a mask cast to the losses' dtype and summed)?", means / divisor))
+                               f"{half} (a mask cast to a half-precision dtype and summed)?", means / divisor))
     return found
 
 

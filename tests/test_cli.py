@@ -527,3 +527,20 @@ def test_the_in_process_form_on_ranks_exits_2_before_any_rank_starts(tmp_path):
     assert result.returncode == 2, result.stdout + result.stderr
     assert "cannot be called as its ranks call it, fn(token_losses, token_mask, *, step_masks, group, " \
            "accumulation_steps): missing a required argument: 'num_tokens'" in result.stderr
+
+
+def test_a_rank_forms_heading_and_report_name_its_ranks_and_each_ranks_own_count():
+    """The heading says how the function ran (micro-batches, or which ranks); a count each rank makes of its own
+    micro-batches, never all-reduced, is named as that where G > 1 (with G = 1 a rank is one micro-batch)."""
+    pytest.importorskip("torch")
+    entry = ROOT / "tests" / "corpus" / "accumulation" / "torch_ranks_count_not_all_reduced.py"
+    ranks = run_fuzz("check", f"{entry}:loss_normalization", "--framework", "torch", "--reduction", "token-mean",
+                     "--accumulation", "--ranks", "--dtypes", "float64", "--no-gradients", "--jobs", "1")
+    assert ranks.returncode == 1, ranks.stdout + ranks.stderr
+    assert "(torch, on torch.distributed ranks under DDP; accumulation (token-mean" in " ".join(ranks.stdout.split())
+    assert "with R = 2, G = 2: does each rank divide by its own token count (or rows), not the step's all-reduced " \
+           "over the ranks?" in " ".join(ranks.stdout.split())
+    micro = run_fuzz("check", "impls.torch_eager_accumulation:chunk_loss", "--framework", "torch", "--reduction",
+                     "token-mean", "--accumulation", "--dtypes", "float64", "--no-gradients", "--max-examples", "5")
+    assert micro.returncode == 0, micro.stdout + micro.stderr
+    assert "(torch, over micro-batches; accumulation (token-mean" in " ".join(micro.stdout.split())

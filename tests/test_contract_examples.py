@@ -151,7 +151,7 @@ def test_a_loss_nearer_the_declared_value_than_any_mistake_is_not_named_as_one()
 
 def test_a_token_count_kept_in_bfloat16_is_named():
     """1031 selected tokens: bfloat16 counts by twos past 256 and holds 1032, so sum / 1032 is a count kept in
-    bfloat16 (a mask cast to the losses' dtype and summed), named as that even in a float32 cell."""
+    bfloat16 (a mask cast to a half-precision dtype and summed), named as that even in a float32 cell."""
     from reference.reduction import explain
 
     contract = get_contract("reduction", {"mode": "token-mean"})

@@ -57,13 +57,13 @@ SECOND_CALL_RAISES = """
 
     from impls.numpy_impl import sequence_vs_token_normalization
 
-    _seen = set()
+    _seen = {}  # id -> the array itself, kept alive: a freed array's id is reused by the next one made
 
     def normalize(lp, adv, mask):
         # Right on its first call on an array, wrong on a second call on the same one (state kept between calls).
-        if id(lp) in _seen:
+        if _seen.get(id(lp)) is lp:
             raise RuntimeError("called twice on the same inputs")
-        _seen.add(id(lp))
+        _seen[id(lp)] = lp
         return sequence_vs_token_normalization(lp, adv, mask)
 """
 

@@ -24,14 +24,18 @@ from typing import Any
 from hypothesis import strategies as st
 
 from fuzz.judge.draws import MIXED_LENGTHS, simplest
+from reference.contract import Contract
 
 
 @dataclass(frozen=True)
 class Anchor:
-    """A fixed case, by the choices it names (draw label -> value); every other draw takes its simplest value."""
+    """A fixed case, by the choices it names (draw label -> value); every other draw takes its simplest value.
+    `one_sign_values`: each float input whose contract names a kind of values of one sign (ValueMenu.one_sign)
+    draws that kind instead of its simplest."""
 
     name: str
     choices: Mapping[str, Any]
+    one_sign_values: bool = False
 
 
 # 4 x 7, the sharded cells' simplest shape: rows to split over ranks or micro-batches. The fullest cotangent is
@@ -39,10 +43,13 @@ class Anchor:
 MIXED_COUNTS = Anchor("rows of different counts, one of them 0",
                       {"shape kind": "general", "batch": 4, "tokens": 7, "mask": MIXED_LENGTHS})
 NOTHING_SELECTED = Anchor("nothing selected", {"shape kind": "general", "batch": 4, "tokens": 7, "mask": "all false"})
-# 1031 tokens, every one selected: a count past 256 (where bfloat16 stops counting by ones) and a row long enough
-# for a half-precision running sum to stall, off every vector width.
+# 1031 tokens, every one selected, off every vector width: a row's count past 256, where bfloat16 stops counting by
+# ones (1031 is 1032 there), and the batch's, 3093, past 2048, where float16 does (3092 there); a row long enough
+# for a half-precision running sum to stall. Values of one sign: a sum then grows with the row, so a count off by
+# one part in a thousand is off by more than the sum's rounding, where values of both signs would cancel and hide it.
 LONG_ROWS = Anchor("rows of 1031 tokens, every one selected",
-                   {"shape kind": "one long row", "batch": 2, "tokens": 1031, "mask": "all true"})
+                   {"shape kind": "one long row", "batch": 3, "tokens": 1031, "mask": "all true"},
+                   one_sign_values=True)
 
 
 @dataclass(frozen=True)
@@ -69,14 +76,18 @@ def fixed_cases(check: str, split: bool = False) -> FixedCases:
 
 class AnchorDraws:
     """Stands for Hypothesis' data object in an anchor's explicit example: `draw(strategy, label)` answers the
-    anchor's choice for the label, else the strategy's simplest value."""
+    anchor's choice for the label (and, for an anchor of one-sign values, the one-sign kind of each of the
+    contract's value menus, by the menu's label), else the strategy's simplest value."""
 
-    def __init__(self, anchor: Anchor) -> None:
+    def __init__(self, anchor: Anchor, contract: Contract) -> None:
         self.anchor = anchor
+        menus = contract.domain.menus.values() if anchor.one_sign_values else ()
+        self.choices = {**{menu.label: menu.one_sign for menu in menus if menu.one_sign is not None},
+                        **anchor.choices}
 
     def draw(self, strategy: st.SearchStrategy, label: str | None = None) -> Any:
-        if label in self.anchor.choices:
-            return self.anchor.choices[label]
+        if label in self.choices:
+            return self.choices[label]
         return simplest(strategy, label or "unlabelled")
 
     def __repr__(self) -> str:

@@ -152,7 +152,7 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
     def run(anchors: Sequence[Anchor], draws: bool) -> None:
         test = given(st.data())(property_holds)
         for anchor in reversed(anchors):  # Hypothesis runs explicit examples last decorated first
-            test = example(AnchorDraws(anchor))(test)
+            test = example(AnchorDraws(anchor, subject.contract))(test)
         hypothesis_seed(seed)(hypothesis_settings(max_examples, draws=draws)(test))()
 
     try:
