@@ -158,18 +158,18 @@ def check(
     process; N runs the cells in N worker processes (the function must then be importable by its module and
     name; a crash or hang there fails its cell instead of this process).
 
-    The contract (each one's signature: `python -m fuzz check --help`, docs/contracts.md): by default the
-    magnitude diagnostic; with `reduction` (a mode: "token-mean", "seq-mean-token-mean",
-    "seq-mean-token-sum-norm", "seq-mean-token-sum", "token-sum", or an alias such as "grpo", "dr_grpo",
-    "per-sequence"), the loss reduction, with `rows` ("all" or "nonempty": what D counts) and `l_max`
-    (fixed-length's L_max). `masked_values="finite"`: fn's padding is finite by construction, and the verdict
-    holds under that assumption. With `accumulation`, `fn` is the per-chunk loss of the reduction over a step
-    split into micro-batches and ranks, called with the step's global counts as keywords (`dp_reduce` "mean" or
-    "sum", `backward_scale` "1" or "1/G"), on every chunk in this process; with `ranks` too, its rank form on
-    torch.distributed ranks under DDP (framework "torch"), or under jax.shard_map over host CPU devices with a
-    lax.scan over each device's micro-batches (framework "jax"), computing the counts itself (then `fn` must be
-    importable by its module and name). `max_examples` defaults to 40 per cell, 20 with `accumulation` (five
-    splits per dtype), 10 with `ranks`.
+    The contract (each one's signature: `python -m fuzz check --help`, docs/contracts.md): by default the magnitude
+    diagnostic; with `reduction` (a mode: "token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm",
+    "seq-mean-token-sum", "token-sum", or an alias such as "grpo", "dr_grpo", "per-sequence"), the loss reduction,
+    with `rows` ("all" or "nonempty": what D counts; left None, "all", or the convention of the trainer whose
+    spelling `reduction` is: "nonempty" for tunix's "sequence-mean-token-mean") and `l_max` (fixed-length's L_max).
+    `masked_values="finite"`: fn's padding is finite by construction, and the verdict holds under that assumption.
+    With `accumulation`, `fn` is the per-chunk loss of the reduction over a step split into micro-batches and ranks,
+    called with the step's global counts as keywords (`dp_reduce` "mean" or "sum", `backward_scale` "1" or "1/G"),
+    on every chunk in this process; with `ranks` too, its rank form on torch.distributed ranks under DDP (framework
+    "torch"), or under jax.shard_map over host CPU devices with a lax.scan over each device's micro-batches
+    (framework "jax"), computing the counts itself (then `fn` must be importable by its module and name).
+    `max_examples` defaults to 40 per cell, 20 with `accumulation` (five splits per dtype), 10 with `ranks`.
 
     Raises ValueError for bad arguments, fuzz.loader.LoadError when the function or the framework cannot be
     loaded, and RuntimeError for `workers` or `ranks` in a process that may not start processes (a daemon: a

@@ -191,8 +191,8 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
                           "seq-mean-token-sum, token-sum (or per-token, per-sequence, fixed-length; TRL's grpo, "
                           "bnpo, dr_grpo, dapo)")
     declared.add_argument("--rows", choices=("all", "nonempty"),
-                          help="what D counts in the seq-* modes: every row (default, the book's 1/B) or the rows "
-                          "with a selected token")
+                          help="what D counts in the seq-* modes: every row (the default, the book's 1/B) or the "
+                          "rows with a selected token (the default for tunix's sequence-mean-token-mean)")
     declared.add_argument("--l-max", type=_positive_number, metavar="L",
                           help="L_max of seq-mean-token-sum-norm (fixed-length), a positive constant")
     declared.add_argument("--accumulation", action="store_true",

@@ -3,15 +3,16 @@
     loss = loss_reduction(token_losses, token_mask, mode="seq-mean-token-mean", rows="all")
 
 `array_api_compat.array_namespace(...)` returns the standard's namespace for whatever arrays come in
-(array_api_strict, NumPy, PyTorch, JAX, CuPy, ...), and every line below uses only functions the standard
-defines (`where`, `sum(..., dtype=, keepdims=)`, `count_nonzero`, `astype`, `asarray`, `zeros`, `ones_like`,
-`reshape`), never a method or a library's own extension: the fuzzer runs it on array_api_strict (which refuses
-anything outside the standard), and the same function runs on NumPy, torch and JAX arrays, differentiable
-wherever the library is (torch autograd, jax.grad). The loss is a 0-d array on the input's device: float32 for
-half inputs, else the input dtype. The modes (reference/reduction.py has them exactly): token-mean (sum / N),
+(array_api_strict, NumPy, PyTorch, JAX, CuPy, ...), and every line below uses only functions the standard defines
+(`where`, `sum(..., dtype=, keepdims=)`, `count_nonzero`, `astype`, `asarray`, `zeros`, `ones_like`, `reshape`),
+never a method or a library's own extension: the fuzzer runs it on array_api_strict (which refuses anything
+outside the standard), and the same function runs on NumPy, torch and JAX arrays, differentiable wherever the
+library is (torch autograd, jax.grad). The loss is a 0-d array on the input's device: float32 for half inputs,
+else the input dtype. The modes (reference/reduction.py has them exactly): token-mean (sum / N),
 seq-mean-token-mean (the mean over D rows of each row's mean), seq-mean-token-sum-norm (sum / (D L_max)),
-seq-mean-token-sum (sum / D), token-sum; D is every row (rows="all", the book's 1/B) or the rows with a
-selected token (rows="nonempty").
+seq-mean-token-sum (sum / D), token-sum; D is every row (rows="all", the book's 1/B) or the rows with a selected
+token (rows="nonempty"; rows=None, the default: every row, or the convention of the trainer whose name `mode` is
+spelled with, reference/reduction.py's TRAINER_CONVENTIONS).
 
 Why each line is the way it is (as in impls/torch_eager_reduction.py):
 - selection with `where`, never a product with the mask: masked positions may hold -inf or NaN, and
@@ -57,7 +58,7 @@ def _same_library(token_losses: Any, token_mask: Any) -> None:
                         f"got {type(token_mask).__module__}.{type(token_mask).__qualname__}")
 
 
-def validate(token_losses: Any, token_mask: Any, mode: str, rows: str, l_max: float | None) -> dict[str, object]:
+def validate(token_losses: Any, token_mask: Any, mode: str, rows: str | None, l_max: float | None) -> dict[str, object]:
     """The inputs checked (metadata only) and the declared parameters as the contract reads them (aliases
     resolved; ValueError naming a wrong one)."""
     _same_library(token_losses, token_mask)
@@ -83,7 +84,7 @@ def _counts(xp: Any, token_mask: Any, axis: int | None) -> Any:
     return counts if axis is not None else xp.sum(counts, dtype=total_count, keepdims=True)
 
 
-def loss_reduction(token_losses: Any, token_mask: Any, *, mode: str = "token-mean", rows: str = "all",
+def loss_reduction(token_losses: Any, token_mask: Any, *, mode: str = "token-mean", rows: str | None = None,
                    l_max: float | None = None) -> Any:
     """The scalar loss of `mode` (reference/reduction.py) for arrays of any Array API library; see the module
     docstring."""

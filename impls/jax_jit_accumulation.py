@@ -136,7 +136,7 @@ def _compensation(declared: dict[str, object], dp_size: int, accumulation_steps:
 
 def chunk_loss(token_losses: jax.Array, token_mask: jax.Array, *, num_tokens: int | jax.Array,
                num_sequences: int | jax.Array, dp_size: int, accumulation_steps: int, mode: str = "token-mean",
-               rows: str = "all", l_max: float | None = None, dp_reduce: str = "mean",
+               rows: str | None = None, l_max: float | None = None, dp_reduce: str = "mean",
                backward_scale: str = "1") -> jax.Array:
     """One micro-batch's share of the step's loss of `mode`, with the step's normalizers (Python ints, or the
     integer arrays `global_normalizers` returns): the sum over the step of these, times 1/R where the ranks'
@@ -154,7 +154,7 @@ def _axis_size(axis_name: str) -> int:
 
 
 def chunk_loss_on_shards(token_losses: jax.Array, token_mask: jax.Array, *, step_masks: list[jax.Array],
-                         axis_name: str, accumulation_steps: int, mode: str = "token-mean", rows: str = "all",
+                         axis_name: str, accumulation_steps: int, mode: str = "token-mean", rows: str | None = None,
                          l_max: float | None = None, dp_reduce: str = "mean",
                          backward_scale: str = "1") -> jax.Array:
     """The same on a data-parallel device inside `jax.shard_map`, which has only its own micro-batches: the step's

@@ -2,13 +2,14 @@
 
     loss = loss_reduction(token_losses, token_mask, mode="seq-mean-token-mean", rows="all")
 
-`token_losses` (batch, tokens) float16/bfloat16/float32/float64 jax.Array is the per-token loss (advantage
-folded in), `token_mask` (batch, tokens) bool, on one device. The loss is a 0-d array on that device: float32
-for half inputs, else the input dtype. The modes (reference/reduction.py has them exactly): token-mean
-(sum / N), seq-mean-token-mean (the mean over D rows of each row's mean), seq-mean-token-sum-norm
-(sum / (D L_max)), seq-mean-token-sum (sum / D), token-sum; D is every row (rows="all", the book's 1/B) or the
-rows with a selected token (rows="nonempty"). Float64 inputs exist only where the caller enabled JAX's x64
-mode; importing this module changes no global setting.
+`token_losses` (batch, tokens) float16/bfloat16/float32/float64 jax.Array is the per-token loss (advantage folded
+in), `token_mask` (batch, tokens) bool, on one device. The loss is a 0-d array on that device: float32 for half
+inputs, else the input dtype. The modes (reference/reduction.py has them exactly): token-mean (sum / N),
+seq-mean-token-mean (the mean over D rows of each row's mean), seq-mean-token-sum-norm (sum / (D L_max)),
+seq-mean-token-sum (sum / D), token-sum; D is every row (rows="all", the book's 1/B) or the rows with a selected
+token (rows="nonempty"; rows=None, the default: every row, or the convention of the trainer whose name `mode` is
+spelled with, reference/reduction.py's TRAINER_CONVENTIONS). Float64 inputs exist only where the caller enabled
+JAX's x64 mode; importing this module changes no global setting.
 
 The same choices as impls/torch_eager_reduction.py, each for the bug it prevents:
 - one module-level jitted core, with the mode, rows and L_max static: the parameters are checked and their
@@ -40,7 +41,7 @@ from impls.validation import validate_inputs
 from reference.reduction import CONTRACT as REDUCTION
 
 
-def validate(token_losses: jax.Array, token_mask: jax.Array, mode: str, rows: str,
+def validate(token_losses: jax.Array, token_mask: jax.Array, mode: str, rows: str | None,
              l_max: float | None) -> dict[str, object]:
     """The inputs checked (metadata only, tracers included) and the declared parameters as the contract reads
     them (aliases resolved; ValueError naming a wrong one)."""
@@ -86,7 +87,7 @@ def compiled_count() -> int:
 
 
 def loss_reduction(token_losses: jax.Array, token_mask: jax.Array, *, mode: str = "token-mean",
-                   rows: str = "all", l_max: float | None = None) -> jax.Array:
+                   rows: str | None = None, l_max: float | None = None) -> jax.Array:
     """The scalar loss of `mode` (reference/reduction.py); see the module docstring."""
     declared = validate(token_losses, token_mask, mode, rows, l_max)
     return compiled_reduction(token_losses, token_mask, mode=str(declared["mode"]), rows=str(declared["rows"]),

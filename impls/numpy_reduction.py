@@ -3,11 +3,12 @@
     loss = loss_reduction(token_losses, token_mask, mode="seq-mean-token-mean", rows="all")
 
 `token_losses` (batch, tokens) is the per-token loss (advantage folded in), `token_mask` (batch, tokens) bool;
-any strides, negative and zero ones included. The loss is a 0-d array: float32 for half inputs, else the
-input dtype. The modes (reference/reduction.py has them exactly): token-mean (sum / N), seq-mean-token-mean
-(the mean over D rows of each row's mean), seq-mean-token-sum-norm (sum / (D L_max)), seq-mean-token-sum
-(sum / D), token-sum; D is every row (rows="all", the book's 1/B) or the rows with a selected token
-(rows="nonempty"). No autograd: NumPy has none.
+any strides, negative and zero ones included. The loss is a 0-d array: float32 for half inputs, else the input
+dtype. The modes (reference/reduction.py has them exactly): token-mean (sum / N), seq-mean-token-mean (the mean
+over D rows of each row's mean), seq-mean-token-sum-norm (sum / (D L_max)), seq-mean-token-sum (sum / D),
+token-sum; D is every row (rows="all", the book's 1/B) or the rows with a selected token (rows="nonempty";
+rows=None, the default: every row, or the convention of the trainer whose name `mode` is spelled with,
+reference/reduction.py's TRAINER_CONVENTIONS). No autograd: NumPy has none.
 
 The same choices as impls/torch_eager_reduction.py, each for the bug it prevents:
 - one pass over cache-sized row blocks, taken by the threads one block at a time (a thread that the machine's
@@ -42,7 +43,7 @@ from reference.reduction import CONTRACT as REDUCTION
 _UNSIGNED = {2: np.uint16, 4: np.uint32, 8: np.uint64}  # a word of the losses' width
 
 
-def validate(token_losses: np.ndarray, token_mask: np.ndarray, mode: str, rows: str,
+def validate(token_losses: np.ndarray, token_mask: np.ndarray, mode: str, rows: str | None,
              l_max: float | None) -> dict[str, object]:
     """The inputs checked (metadata only) and the declared parameters as the contract reads them (aliases
     resolved; ValueError naming a wrong one)."""
@@ -151,7 +152,7 @@ def reduce_rows(found: RowPass, mode: str, rows: str, l_max: float | None) -> np
 
 
 def loss_reduction(token_losses: np.ndarray, token_mask: np.ndarray, *, mode: str = "token-mean",
-                   rows: str = "all", l_max: float | None = None) -> np.ndarray:
+                   rows: str | None = None, l_max: float | None = None) -> np.ndarray:
     """The scalar loss of `mode` (reference/reduction.py) as a 0-d array; see the module docstring."""
     declared = validate(token_losses, token_mask, mode, rows, l_max)
     mode, rows = str(declared["mode"]), str(declared["rows"])

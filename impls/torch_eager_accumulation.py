@@ -48,7 +48,7 @@ def global_normalizers(token_masks: Iterable[torch.Tensor], rows: str = "all",
 
 
 def chunk_loss(token_losses: torch.Tensor, token_mask: torch.Tensor, *, num_tokens: int, num_sequences: int,
-               dp_size: int, accumulation_steps: int, mode: str = "token-mean", rows: str = "all",
+               dp_size: int, accumulation_steps: int, mode: str = "token-mean", rows: str | None = None,
                l_max: float | None = None, dp_reduce: str = "mean", backward_scale: str = "1") -> torch.Tensor:
     """One micro-batch's share of the step's loss of `mode`, with the step's normalizers: the sum over the step
     of these, times 1/R where DDP averages and 1/G where the backward is scaled so, is the full batch's loss."""
@@ -73,8 +73,9 @@ def chunk_loss(token_losses: torch.Tensor, token_mask: torch.Tensor, *, num_toke
 
 
 def chunk_loss_on_ranks(token_losses: torch.Tensor, token_mask: torch.Tensor, *, step_masks: list[torch.Tensor],
-                        group: object | None, accumulation_steps: int, mode: str = "token-mean", rows: str = "all",
-                        l_max: float | None = None, dp_reduce: str = "mean", backward_scale: str = "1") -> torch.Tensor:
+                        group: object | None, accumulation_steps: int, mode: str = "token-mean",
+                        rows: str | None = None, l_max: float | None = None, dp_reduce: str = "mean",
+                        backward_scale: str = "1") -> torch.Tensor:
     """The same on a data-parallel rank that has only its own micro-batches: the step's normalizers counted over
     `step_masks` (this rank's micro-batches) and all-reduced over `group`, then `chunk_loss`."""
     num_tokens, num_sequences = global_normalizers(step_masks, ACCUMULATION.canonical_parameters(

@@ -3,11 +3,12 @@
     loss = loss_reduction(token_losses, token_mask, mode="seq-mean-token-mean", rows="all")
 
 `token_losses` (batch, tokens) float16/bfloat16/float32/float64 is the per-token loss (advantage folded in),
-`token_mask` (batch, tokens) bool; any strides, on one device. The loss is a 0-d tensor: float32 for half
-inputs, else the input dtype. The modes (reference/reduction.py has them exactly): token-mean (sum / N),
+`token_mask` (batch, tokens) bool; any strides, on one device. The loss is a 0-d tensor: float32 for half inputs,
+else the input dtype. The modes (reference/reduction.py has them exactly): token-mean (sum / N),
 seq-mean-token-mean (the mean over D rows of each row's mean), seq-mean-token-sum-norm (sum / (D L_max)),
-seq-mean-token-sum (sum / D), token-sum; D is every row (rows="all", the book's 1/B) or the rows with a
-selected token (rows="nonempty").
+seq-mean-token-sum (sum / D), token-sum; D is every row (rows="all", the book's 1/B) or the rows with a selected
+token (rows="nonempty"; rows=None, the default: every row, or the convention of the trainer whose name `mode` is
+spelled with, reference/reduction.py's TRAINER_CONVENTIONS).
 
 Every choice here answers a bug that trainers have shipped:
 - one pass reads each row's losses and mask once for its sum and count, and selects, never a plain float
@@ -46,7 +47,7 @@ def _describe(value: object) -> ArrayInfo | None:
     return ArrayInfo(tuple(value.shape), str(value.dtype).removeprefix("torch."), device)
 
 
-def validate(token_losses: torch.Tensor, token_mask: torch.Tensor, mode: str, rows: str,
+def validate(token_losses: torch.Tensor, token_mask: torch.Tensor, mode: str, rows: str | None,
              l_max: float | None) -> dict[str, object]:
     """The inputs checked (metadata only) and the declared parameters as the contract reads them (aliases
     resolved; ValueError naming a wrong one)."""
@@ -142,7 +143,7 @@ def reduce_rows(sums: torch.Tensor, counts: torch.Tensor, mode: str, rows: str, 
 
 
 def loss_reduction(token_losses: torch.Tensor, token_mask: torch.Tensor, *, mode: str = "token-mean",
-                   rows: str = "all", l_max: float | None = None) -> torch.Tensor:
+                   rows: str | None = None, l_max: float | None = None) -> torch.Tensor:
     """The scalar loss of `mode` (reference/reduction.py); see the module docstring."""
     declared = validate(token_losses, token_mask, mode, rows, l_max)
     sums, counts = fast_row_sums_and_counts(token_losses, token_mask)

@@ -38,7 +38,7 @@ class _RowSums(torch.autograd.Function):
 
 
 def loss_reduction(token_losses: torch.Tensor, token_mask: torch.Tensor, *, mode: str = "token-mean",
-                   rows: str = "all", l_max: float | None = None) -> torch.Tensor:
+                   rows: str | None = None, l_max: float | None = None) -> torch.Tensor:
     """The scalar loss of `mode` (reference/reduction.py), as impls/torch_eager_reduction.loss_reduction."""
     declared = validate(token_losses, token_mask, mode, rows, l_max)
     sums, counts = _RowSums.apply(token_losses, token_mask.view(torch.uint8))

@@ -151,6 +151,9 @@ class Parameter:
     help: str
     aliases: Mapping[str, Any] = field(default_factory=dict)  # other spellings of the same choices
     check: Callable[[Any], Any] | None = None  # for a parameter without choices: its value, or ValueError
+    # A spelling that also declares other parameters where they are left undeclared: a trainer's name for a
+    # mode carries that trainer's convention ({"sequence-mean-token-mean": {"rows": "nonempty"}}, tunix's).
+    implies: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def value(self, given: Any) -> Any:
         """The canonical value of `given` (an alias resolved); ValueError naming the parameter if invalid."""
@@ -281,20 +284,30 @@ class Contract:
 
     def bind(self, **values: Any) -> Contract:
         """The contract with its declared parameters set (one value per set: reference.contracts makes it);
-        ValueError naming a parameter that is unknown or invalid (a missing one keeps its value or default)."""
+        ValueError naming a parameter that is unknown or invalid (a missing one keeps its value or default, except
+        where a spelling given here implies it: tunix's name for a mode brings tunix's rows)."""
         from reference.contracts import get_contract
 
-        return get_contract(self.name, {**self.bound, **values})
+        implied = {name for spec in self.parameters if isinstance(values.get(spec.name), str)
+                   for name in spec.implies.get(values[spec.name], {})}
+        kept = {name: value for name, value in self.bound.items() if name not in implied}
+        return get_contract(self.name, {**kept, **values})
 
     def canonical_parameters(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Every declared parameter's canonical value (aliases resolved, defaults filled in); ValueError naming
-        one that is unknown or invalid."""
+        """Every declared parameter's canonical value (aliases resolved; one left out or None takes what a
+        declared spelling implies for it, else its default); ValueError naming one that is unknown or invalid."""
         known = {spec.name: spec for spec in self.parameters}
         unknown = sorted(set(values) - set(known))
         if unknown:
             raise ValueError(f"the {self.name} contract has no parameter {unknown[0]!r}; "
                              f"its parameters: {', '.join(known) or 'none'}")
-        canonical = {name: spec.value(values.get(name, spec.default)) for name, spec in known.items()}
+        declared = {name: value for name, value in values.items() if value is not None}
+        implied: dict[str, Any] = {}
+        for name, value in declared.items():
+            if isinstance(value, str):
+                implied.update(known[name].implies.get(value, {}))
+        canonical = {name: spec.value(declared.get(name, implied.get(name, spec.default)))
+                     for name, spec in known.items()}
         return self.parameter_rules(canonical) if self.parameter_rules is not None else canonical
 
     def with_bound(self, parameters: Mapping[str, Any]) -> Contract:

@@ -49,6 +49,10 @@ MODE_ALIASES = {
     "sequence-mean-token-mean": SEQ_MEAN_TOKEN_MEAN, "sequence-mean-token-sum": SEQ_MEAN_TOKEN_SUM,
     "sequence-mean-token-sum-norm": SEQ_MEAN_TOKEN_SUM_NORM,
 }
+# A trainer's spelling that names its trainer's convention too, used where `rows` is left undeclared: tunix's
+# aggregate_loss (tunix/rl/common.py) divides its sequence-mean-token-mean by the rows with a selected token.
+# (Its seq-mean-token-sum does too, but that is verl's name as well, whose D is every row: the default stays.)
+TRAINER_CONVENTIONS = {"sequence-mean-token-mean": {"rows": "nonempty"}}
 # The campaign's fixed length for the built-ins (Dr. GRPO's L_max is the maximum completion length): not a
 # power of two, so dividing by it rounds.
 CAMPAIGN_L_MAX = 1000.0
@@ -630,6 +634,9 @@ EXAMPLES = (  # the RLHF book's example, section 6.3.2: sequence means 2.8 and 1
     Example("the book's example, seq-mean-token-sum", BOOK, {LOSS: 16.5}, {"mode": SEQ_MEAN_TOKEN_SUM}),
     Example("the book's example, token-sum", BOOK, {LOSS: 33}, {"mode": TOKEN_SUM}),
     Example("all masked", {LOSSES: [[1, 2], [3, 4]], MASK: [[0, 0], [0, 0]]}, {LOSS: 0}, {"mode": TOKEN_MEAN}),
+    # tunix's spelling, rows left undeclared: its D counts the one row with a selected token (2, not 2 / 2)
+    Example("tunix's sequence-mean-token-mean", {LOSSES: [[1, 3], [5, 7]], MASK: [[1, 1], [0, 0]]}, {LOSS: 2},
+            {"mode": "sequence-mean-token-mean"}),
     # padding that a product with the mask turns into NaN (0 * inf), in one row beside a clean one
     Example("-inf and NaN padding", {LOSSES: [[1, 2, -math.inf], [4, math.nan, math.inf], [1, 3, 2]],
                                      MASK: [[1, 1, 0], [1, 0, 0], [1, 1, 1]]}, {LOSS: 2.5},
@@ -637,8 +644,10 @@ EXAMPLES = (  # the RLHF book's example, section 6.3.2: sequence means 2.8 and 1
 )
 
 PARAMETERS = (
-    Parameter("mode", MODES, TOKEN_MEAN, "the reduction: " + ", ".join(MODES), MODE_ALIASES),
-    Parameter("rows", ROWS, "all", "what D counts: every row (the book's 1/B) or only rows with a selected token"),
+    Parameter("mode", MODES, TOKEN_MEAN, "the reduction: " + ", ".join(MODES), MODE_ALIASES,
+              implies=TRAINER_CONVENTIONS),
+    Parameter("rows", ROWS, "all", "what D counts: every row (the book's 1/B) or only rows with a selected token "
+              "(left undeclared: all, or the convention of the trainer whose name the mode is spelled with)"),
     Parameter("l_max", None, None, "L_max of seq-mean-token-sum-norm (fixed-length), a positive constant",
               check=_length_or_none),
 )

@@ -160,3 +160,26 @@ def test_a_token_count_kept_in_bfloat16_is_named():
     total = float(exact_results(case).total)
     assert "N = 1031 rounded to bfloat16: the token count kept in bfloat16" in explain(
         case, {"loss": np.array(total / 1032)})
+
+
+def test_a_trainers_spelling_carries_its_rows_convention_unless_rows_is_declared():
+    """tunix's sequence-mean-token-mean divides by the rows with a selected token: its spelling means
+    rows="nonempty" where rows is left undeclared (the check's declaration, the contract, every built-in), and a
+    declared rows wins; verl's seq-mean-token-mean keeps the book's every row."""
+    from fuzz.run.subjects import declared_contract
+    from impls.array_api_reduction import loss_reduction as array_api_reduction
+    from impls.numpy_reduction import loss_reduction as numpy_reduction
+
+    tunix = "sequence-mean-token-mean"
+    assert get_contract("reduction", {"mode": tunix}).bound["rows"] == "nonempty"
+    assert get_contract("reduction", {"mode": tunix, "rows": None}).bound["rows"] == "nonempty"
+    assert get_contract("reduction", {"mode": tunix, "rows": "all"}).bound["rows"] == "all"
+    assert get_contract("reduction", {"mode": "seq-mean-token-mean"}).bound["rows"] == "all"
+    assert get_contract("accumulation", {"mode": tunix}).bound["rows"] == "nonempty"
+    assert declared_contract(tunix)[1]["rows"] == "nonempty"
+    assert declared_contract(tunix, rows="all")[1]["rows"] == "all"
+    losses, mask = np.array([[1.0, 3.0], [5.0, 7.0]]), np.array([[True, True], [False, False]])
+    for reduce in (numpy_reduction, array_api_reduction):
+        assert float(reduce(losses, mask, mode=tunix)) == 2.0
+        assert float(reduce(losses, mask, mode=tunix, rows="all")) == 1.0
+        assert float(reduce(losses, mask, mode="seq-mean-token-mean")) == 1.0

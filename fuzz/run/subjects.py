@@ -68,7 +68,7 @@ def declared_contract(reduction: str | None = None, rows: str | None = None, l_m
                 raise ValueError(f"{spell(name)} is a parameter of the loss reduction: it needs "
                                  f"{spell('reduction')} too")
         return CONTRACT_NAMES[0], {}
-    parameters: dict[str, Any] = {"mode": reduction, "rows": rows or "all", "l_max": l_max}
+    parameters: dict[str, Any] = {"mode": reduction, "rows": rows, "l_max": l_max}  # None: undeclared
     if accumulation:
         parameters.update(dp_reduce=dp_reduce or "mean", backward_scale=backward_scale or "1")
     try:
