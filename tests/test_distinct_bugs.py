@@ -280,3 +280,37 @@ def test_outputs_that_carry_no_gradient_are_named_so_on_the_first_example():
     gradient_failures = [failure for failure in report.failures if failure.kind == "no gradient"]
     assert gradient_failures, report.failures
     assert "sequence_summed carries no gradient" in gradient_failures[0].message
+
+
+def _raises_in_forward(token_losses, token_mask):
+    raise ValueError("the function's own bug")
+
+
+def _raises_in_backward(token_losses, token_mask):
+    import torch
+
+    class Summed(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.sum()
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError("its backward's bug")
+
+    selected = torch.where(token_mask, token_losses, 0).to(torch.promote_types(token_losses.dtype, torch.float32))
+    return Summed.apply(selected) / token_mask.sum().clamp(min=1)
+
+
+def test_an_exception_is_named_by_the_pass_that_raised_it():
+    """A gradient cell runs the function and its backward in one call: what the function raised is the forward
+    cell's bug, named the same (one distinct bug); only what its backward raised is a backward bug."""
+    pytest.importorskip("torch")
+    import fuzz
+
+    kinds = {}
+    for fn in (_raises_in_forward, _raises_in_backward):
+        report = fuzz.check(fn, framework="torch", reduction="token-mean", dtypes=["float32"], max_examples=3)
+        kinds[fn] = {cell.check: sorted({bug.kind for bug in cell.bugs}) for cell in report.cells}
+    assert kinds[_raises_in_forward] == {"forward": ["raised ValueError"], "gradients": ["raised ValueError"]}
+    assert kinds[_raises_in_backward] == {"forward": [], "gradients": ["backward raised RuntimeError"]}

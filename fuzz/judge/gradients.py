@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from fuzz.judge.draws import draw_cotangents
 from fuzz.judge.forward import empty_selection
 from fuzz.judge.outputs import GRADIENT_STRUCTURE, check_gradient_arrays, modified_inputs
-from fuzz.judge.verdict import Verdict, call_safely, out_of_tolerance, same_bits
+from fuzz.judge.verdict import Verdict, call_safely, out_of_tolerance, raised_calling, same_bits
 from reference.case import Case
 from reference.dtypes import largest
 from reference.exact import exact_results
@@ -57,6 +57,8 @@ def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray],
     function = subject.function_for(contract)
     result, verdict = call_safely(adapter.vjp, function, inputs, cotangents, contract)
     if not verdict.ok:
+        if raised_calling(verdict, function):  # the forward pass raised: the forward cell's bug, named as there
+            return verdict
         failed = verdict.failures
         verdict.failures = []
         for failure in failed:

@@ -52,6 +52,9 @@ class Verdict:
     cotangents: dict[str, np.ndarray] | None = None  # set by gradient checks
     ulps: float = 0.0
     deterministic: bool | None = None  # two calls on the same inputs gave the same bits (None: not tried)
+    # Where an exception passed on its way out, (file, function) per frame: a gradient check calls the function
+    # and its backward in one go, and these tell which of the two raised.
+    raised_through: tuple[tuple[str, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -145,4 +148,13 @@ def _raised(error: BaseException, formatted: str) -> Verdict:
     verdict = Verdict()
     verdict.fail(f"raised {type(error).__name__}", f"raised {type(error).__name__}: {error}".strip())
     verdict.traceback = formatted
+    verdict.raised_through = tuple((frame.f_code.co_filename, frame.f_code.co_name)
+                                   for frame, _ in traceback.walk_tb(error.__traceback__))
     return verdict
+
+
+def raised_calling(verdict: Verdict, fn: Callable[..., Any]) -> bool:
+    """Whether the exception in `verdict` came out of a call of `fn` (its frame is on the way out), rather than
+    from what ran after it returned (a call whose frame a compiler left off the traceback reads as after)."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and (code.co_filename, code.co_name) in verdict.raised_through
