@@ -34,6 +34,7 @@ from fuzz.run.subjects import (
     available_adapter,
     build_subject,
     declared_contract,
+    implied_parameters,
     unread_parameters,
 )
 from fuzz.run.workers import Workers, default_jobs, mode_imports, run_cells
@@ -238,6 +239,8 @@ def parse(argv: Sequence[str], prog: str = "python -m fuzz") -> argparse.Namespa
     has no default subcommand, so it is named here, before argparse sees the arguments."""
     argv = list(argv)
     parser = build_parser(prog)
+    if "--version" in argv:  # anywhere, as in `python -m fuzz check --version`: only the top parser has it
+        argv = ["--version"]
     if argv and argv[0] not in SUBCOMMANDS and not argv[0].startswith("-"):  # the campaign takes no positional
         near = difflib.get_close_matches(argv[0], SUBCOMMANDS, n=1)
         parser.error(f"unknown subcommand {argv[0]!r}" + (f" (did you mean {near[0]}?)" if near else "")
@@ -445,12 +448,14 @@ def option_spelling(name: str) -> str:
 
 def check(args: argparse.Namespace) -> int:
     try:
-        _, bound = declared_contract(args.reduction, args.rows, args.l_max, args.accumulation, args.dp_reduce,
-                                     args.backward_scale, spell=option_spelling)
+        name, bound = declared_contract(args.reduction, args.rows, args.l_max, args.accumulation, args.dp_reduce,
+                                        args.backward_scale, spell=option_spelling)
     except ValueError as error:  # a declared parameter that is wrong, or one that needs another (--l-max)
         print(f"error: {error}", file=sys.stderr)
         return USAGE_ERROR
-    for note in unread_parameters(bound, args.rows, args.l_max, spell=option_spelling):
+    given = {"mode": args.reduction, "rows": args.rows, "l_max": args.l_max}
+    for note in (*implied_parameters(name, given, bound, spell=option_spelling),
+                 *unread_parameters(bound, args.rows, args.l_max, spell=option_spelling)):
         print(f"note: {note}", file=sys.stderr)
     if args.ranks and (not args.accumulation or args.framework not in RANKS_ENGINES):
         print("error: --ranks runs a per-chunk loss on data-parallel ranks (torch.distributed under DDP, or "

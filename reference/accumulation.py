@@ -116,10 +116,12 @@ def _padded_width_losses(chunks: Sequence[Case], bound: Mapping[str, Any], divis
     return shares
 
 
-def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: int, combined: float) -> str | None:
+def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: int, combined: float,
+                        counts_its_own: bool = False) -> str | None:
     """The combined loss named by what it is off by, where one of the usual mistakes' exact values matches it: a
-    mean of the chunks' own means, each rank's own count not all-reduced, L_max from each chunk's padded width, a
-    missing or doubled 1/G or dp_size, a per-row clamp(min=1) in the count."""
+    mean of the chunks' own means, L_max from each chunk's padded width, a missing or doubled 1/G or dp_size, a
+    per-row clamp(min=1) in the count; with `counts_its_own` (a rank form, which counts the step's tokens itself
+    rather than being given them), each rank's own count, not all-reduced over the ranks."""
     expected = exact_results(case)
     exact = float(expected.loss)
     bound = case.contract.bound
@@ -128,14 +130,15 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
     tokens = int(expected.counts.sum())
     own_means = sum(_chunk_losses(chunks, bound))
     not_all_reduced = "not the step's all-reduced over the ranks"
+    over_ranks = counts_its_own and ranks > 1
     own_count = ("does each micro-batch divide by its own token count (or rows)"
-                 + (f", {not_all_reduced}" if ranks > 1 and steps == 1 else "") + ": a mean of micro-batch means?")
+                 + (f", {not_all_reduced}" if over_ranks and steps == 1 else "") + ": a mean of micro-batch means?")
     candidates = [(share * own_means, own_count),
                   # the count a rank makes over its own G micro-batches, never all-reduced over the ranks (with
                   # G = 1 it is each micro-batch's own, the line above)
                   *([(share * sum(_rank_losses(chunks, bound, ranks, steps)),
                       f"does each rank divide by its own token count (or rows), {not_all_reduced}?")]
-                    if ranks > 1 and steps > 1 else []),
+                    if over_ranks and steps > 1 else []),
                   # the form trainers ship: each chunk's own mean, nothing rescaled, averaged by the ranks and the
                   # 1/G (or summed and divided by G): the plain mean of the R x G micro-batches' means
                   (own_means / (ranks * steps),

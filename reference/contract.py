@@ -174,12 +174,13 @@ class ChunkedCall:
     `keywords(case, ranks, steps)`: the step's keyword arguments, the same for every chunk (its global counts).
     `ranks_averaged(bound)`: whether the ranks' gradients are averaged (DDP, FSDP) rather than summed.
     `step_scale(bound, steps)`: what each chunk's backward is scaled by (1, or 1/G).
-    `explain(case, chunks, ranks, steps, combined)`: a wrong combination named by its likely cause, or None."""
+    `explain(case, chunks, ranks, steps, combined, counts_its_own)`: a wrong combination named by its likely
+    cause, or None; `counts_its_own`: the chunks ran as a rank form, which counts the step's normalizers itself."""
 
     keywords: Callable[[Case, int, int], dict[str, int]]
     ranks_averaged: Callable[[Mapping[str, Any]], bool]
     step_scale: Callable[[Mapping[str, Any], int], float]
-    explain: Callable[[Case, Sequence[Case], int, int, float], str | None] | None = None
+    explain: Callable[[Case, Sequence[Case], int, int, float, bool], str | None] | None = None
 
     def weight(self, bound: Mapping[str, Any], ranks: int, steps: int) -> float:
         """Each chunk's share of the combination: 1/R under the ranks' mean, times its backward scale."""
@@ -294,14 +295,19 @@ class Contract:
         return get_contract(self.name, {**kept, **values})
 
     def canonical_parameters(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Every declared parameter's canonical value (aliases resolved; one left out or None takes what a
-        declared spelling implies for it, else its default); ValueError naming one that is unknown or invalid."""
+        """Every declared parameter's canonical value (aliases resolved; one left out, or None where that means
+        undeclared, takes what a declared spelling implies for it, else its default); ValueError naming one that
+        is unknown or invalid."""
         known = {spec.name: spec for spec in self.parameters}
         unknown = sorted(set(values) - set(known))
         if unknown:
             raise ValueError(f"the {self.name} contract has no parameter {unknown[0]!r}; "
                              f"its parameters: {', '.join(known) or 'none'}")
-        declared = {name: value for name, value in values.items() if value is not None}
+        # None leaves undeclared only a parameter that has no other default or that a spelling can imply: for
+        # the others (a mode) it stays a value, and an invalid one (mode=cfg.get(...) with the key missing)
+        implicit = {name for spec in self.parameters for implied in spec.implies.values() for name in implied}
+        declared = {name: value for name, value in values.items()
+                    if value is not None or (known[name].default is not None and name not in implicit)}
         implied: dict[str, Any] = {}
         for name, value in declared.items():
             if isinstance(value, str):

@@ -51,7 +51,8 @@ MODE_ALIASES = {
 }
 # A trainer's spelling that names its trainer's convention too, used where `rows` is left undeclared: tunix's
 # aggregate_loss (tunix/rl/common.py) divides its sequence-mean-token-mean by the rows with a selected token.
-# (Its seq-mean-token-sum does too, but that is verl's name as well, whose D is every row: the default stays.)
+# (Its seq-mean-token-sum does too, but that is verl's name as well, whose D is the global batch size its trainer
+# passes, every row: the default stays.)
 TRAINER_CONVENTIONS = {"sequence-mean-token-mean": {"rows": "nonempty"}}
 # The campaign's fixed length for the built-ins (Dr. GRPO's L_max is the maximum completion length): not a
 # power of two, so dividing by it rounds.

@@ -334,6 +334,11 @@ def test_both_commands_print_the_suite_version(command):
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"{' '.join(command)} {VERSION}\n"
+    if command[-1] == "fuzz":  # after a subcommand or an option too
+        for before in (["check"], ["--seed", "1"]):
+            late = subprocess.run([sys.executable, "-m", "fuzz", *before, "--version"], cwd=ROOT, capture_output=True,
+                                  text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+            assert (late.returncode, late.stdout) == (0, f"python -m fuzz {VERSION}\n"), late.stderr
 
 
 def test_without_a_subcommand_the_campaign_runs():
@@ -544,3 +549,29 @@ def test_a_rank_forms_heading_and_report_name_its_ranks_and_each_ranks_own_count
                      "token-mean", "--accumulation", "--dtypes", "float64", "--no-gradients", "--max-examples", "5")
     assert micro.returncode == 0, micro.stdout + micro.stderr
     assert "(torch, over micro-batches; accumulation (token-mean" in " ".join(micro.stdout.split())
+
+
+TUNIX_SEQUENCE_MEAN = """
+import numpy as np
+
+
+def aggregate_loss(per_token_loss, completion_mask):
+    # tunix's sequence-mean-token-mean: the rows' means over the rows with a selected token
+    acc = np.float64 if per_token_loss.dtype == np.float64 else np.float32
+    counts = completion_mask.sum(-1)
+    means = np.where(completion_mask, per_token_loss.astype(acc), 0).sum(-1) / np.maximum(counts, 1)
+    return np.asarray(means.sum() / max(int((counts > 0).sum()), 1), dtype=acc)
+"""
+
+
+def test_a_trainers_spelling_checks_its_convention_and_says_so(tmp_path):
+    path = write(tmp_path, "tunix_like.py", TUNIX_SEQUENCE_MEAN)
+    result = run_fuzz("check", f"{path}:aggregate_loss", "--framework", "numpy", "--reduction",
+                      "sequence-mean-token-mean", "--max-examples", "10")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "reduction (seq-mean-token-mean, rows=nonempty)" in result.stdout
+    assert "note: --reduction sequence-mean-token-mean is a trainer's spelling that also means rows=nonempty" \
+           in result.stderr
+    declared = run_fuzz("check", f"{path}:aggregate_loss", "--framework", "numpy", "--reduction",
+                        "sequence-mean-token-mean", "--rows", "all", "--max-examples", "10")
+    assert declared.returncode == 1 and "note:" not in declared.stderr, declared.stdout + declared.stderr

@@ -177,9 +177,30 @@ def test_a_trainers_spelling_carries_its_rows_convention_unless_rows_is_declared
     assert get_contract("reduction", {"mode": "seq-mean-token-mean"}).bound["rows"] == "all"
     assert get_contract("accumulation", {"mode": tunix}).bound["rows"] == "nonempty"
     assert declared_contract(tunix)[1]["rows"] == "nonempty"
+    with pytest.raises(ValueError, match="mode must be one of"):  # None is no mode: only rows and l_max may be None
+        get_contract("reduction", {"mode": None})
     assert declared_contract(tunix, rows="all")[1]["rows"] == "all"
     losses, mask = np.array([[1.0, 3.0], [5.0, 7.0]]), np.array([[True, True], [False, False]])
     for reduce in (numpy_reduction, array_api_reduction):
         assert float(reduce(losses, mask, mode=tunix)) == 2.0
         assert float(reduce(losses, mask, mode=tunix, rows="all")) == 1.0
         assert float(reduce(losses, mask, mode="seq-mean-token-mean")) == 1.0
+
+
+def test_each_ranks_own_count_is_a_cause_only_where_the_function_counts_for_itself():
+    """R = 2, G = 2, each rank's second micro-batch empty: each micro-batch's own count and each rank's give the
+    same wrong loss. Only a rank form counts the step's tokens itself (and can leave its count un-reduced); the
+    in-process form is given the step's counts, so there the rank's own count is no cause to name."""
+    from reference.accumulation import explain_combination
+
+    contract = get_contract("accumulation", {"mode": "token-mean"})
+    losses = np.array([[1.0, 2.0], [9.0, 9.0], [3.0, 4.0], [9.0, 9.0]])
+    mask = np.array([[True, True], [False, False], [True, True], [False, False]])
+    case = Case(contract=contract, dtype="float64", token_losses=losses, token_mask=mask)
+    chunks = [Case(contract=contract, dtype="float64", token_losses=losses[k:k + 1], token_mask=mask[k:k + 1])
+              for k in range(4)]  # rank-major: rank 0 holds chunks 0 and 1
+    own_means = 3 / 2 + 7 / 2  # each non-empty micro-batch's own mean, x dp_size against the ranks' mean
+    rank_form = explain_combination(case, chunks, 2, 2, own_means, counts_its_own=True)
+    in_process = explain_combination(case, chunks, 2, 2, own_means)
+    assert "does each rank divide by its own token count (or rows), not the step's all-reduced" in rank_form
+    assert "mean of micro-batch means" in in_process and "does each rank" not in in_process

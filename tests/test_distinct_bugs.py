@@ -286,10 +286,10 @@ def _raises_in_forward(token_losses, token_mask):
     raise ValueError("the function's own bug")
 
 
-def _raises_in_backward(token_losses, token_mask):
+try:  # a module-level class: dynamo traces its apply, where it refuses to build a class inside a function
     import torch
 
-    class Summed(torch.autograd.Function):
+    class _SummedWithAFailingBackward(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
             return x.sum()
@@ -297,20 +297,41 @@ def _raises_in_backward(token_losses, token_mask):
         @staticmethod
         def backward(ctx, grad):
             raise RuntimeError("its backward's bug")
+except ImportError:
+    pass
 
+
+def _raises_in_backward(token_losses, token_mask):
     selected = torch.where(token_mask, token_losses, 0).to(torch.promote_types(token_losses.dtype, torch.float32))
-    return Summed.apply(selected) / token_mask.sum().clamp(min=1)
+    return _SummedWithAFailingBackward.apply(selected) / token_mask.sum().clamp(min=1)
 
 
-def test_an_exception_is_named_by_the_pass_that_raised_it():
+def _chunk_raises_in_forward(token_losses, token_mask, *, num_tokens, num_sequences, dp_size, accumulation_steps):
+    raise ValueError("the function's own bug")
+
+
+@pytest.mark.parametrize("framework", ["torch", "torch-compile"])
+def test_an_exception_is_named_by_the_pass_that_raised_it(framework):
     """A gradient cell runs the function and its backward in one call: what the function raised is the forward
-    cell's bug, named the same (one distinct bug); only what its backward raised is a backward bug."""
+    cell's bug, named the same (one distinct bug); only what its backward raised is a backward bug, torch.compile
+    included, whose AOTAutograd traces the backward while the function is being called."""
     pytest.importorskip("torch")
     import fuzz
 
     kinds = {}
     for fn in (_raises_in_forward, _raises_in_backward):
-        report = fuzz.check(fn, framework="torch", reduction="token-mean", dtypes=["float32"], max_examples=3)
+        report = fuzz.check(fn, framework=framework, reduction="token-mean", dtypes=["float32"], max_examples=3)
         kinds[fn] = {cell.check: sorted({bug.kind for bug in cell.bugs}) for cell in report.cells}
-    assert kinds[_raises_in_forward] == {"forward": ["raised ValueError"], "gradients": ["raised ValueError"]}
-    assert kinds[_raises_in_backward] == {"forward": [], "gradients": ["backward raised RuntimeError"]}
+    raised = {"torch": "ValueError", "torch-compile": "Unsupported"}[framework]  # dynamo wraps what it traces
+    assert kinds[_raises_in_forward] == {"forward": [f"raised {raised}"], "gradients": [f"raised {raised}"]}
+    assert kinds[_raises_in_backward]["forward"] == []
+    assert [kind.split(" ")[:2] for kind in kinds[_raises_in_backward]["gradients"]] == [["backward", "raised"]]
+
+
+def test_an_exception_of_a_micro_batchs_function_is_named_by_its_pass_too():
+    pytest.importorskip("torch")
+    import fuzz
+
+    report = fuzz.check(_chunk_raises_in_forward, framework="torch", reduction="token-mean", accumulation=True,
+                        dtypes=["float32"], max_examples=2)
+    assert {kind for cell in report.cells for kind in (bug.kind for bug in cell.bugs)} == {"raised ValueError"}

@@ -31,7 +31,7 @@ from fuzz.engines.chunks import (
 from fuzz.engines.registry import Engine
 from fuzz.judge.draws import Draw
 from fuzz.judge.forward import compare_values
-from fuzz.judge.gradients import judge_gradients
+from fuzz.judge.gradients import judge_gradients, named_by_pass
 from fuzz.judge.outputs import ReadBack, check_gradient_arrays, check_outputs, modified_inputs
 from fuzz.judge.verdict import Failure, Verdict, call_safely, out_of_tolerance
 from reference.case import Case
@@ -91,7 +91,10 @@ class Accumulation(Engine):
             else:
                 scaled = {key: np.asarray(value) * weight for key, value in cotangents.items()}
                 result, called = call_safely(adapter.vjp, function, inputs, scaled, case.contract, keywords)
-                called.failures = [Failure(f"backward {f.kind}", f"backward {f.message}") for f in called.failures]
+                if not called.ok:
+                    alone = functools.partial(call_safely, functools.partial(function, **keywords),
+                                              *adapter.materialize(chunk))
+                    called = named_by_pass(called, function, lambda alone=alone: alone()[1])
             verdict.merge(called, prefix=prefix)
             if not called.ok:
                 return verdict

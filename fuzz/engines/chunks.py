@@ -111,9 +111,12 @@ def chunk_cases(case: Case, split: ChunkSplit) -> list[Case]:
     return [chunk_case(case, split, k) for k in range(split.chunks)]
 
 
-def explain_combination(case: Case, split: ChunkSplit, combined: float) -> str | None:
+def explain_combination(case: Case, split: ChunkSplit, combined: float, counts_its_own: bool = False) -> str | None:
+    """The contract's name for a wrong combination; `counts_its_own`: a rank form's, which counts the step's
+    normalizers itself (so it may leave a count un-reduced over the ranks)."""
     explain = chunked(case).explain
-    return explain(case, chunk_cases(case, split), split.ranks, split.steps, combined) if explain else None
+    return explain(case, chunk_cases(case, split), split.ranks, split.steps, combined,
+                   counts_its_own) if explain else None
 
 
 # The sizes a framework that compiles a program per input shape (JAX: even an un-jitted function's every op) sees:

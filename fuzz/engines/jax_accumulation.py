@@ -142,7 +142,7 @@ class JaxAccumulation(Accumulation):
             combined = weight * float(np.sum(losses))
             judged = compare_values(ReadBack({name: np.array(combined)}, {name: reply["dtype"]}), case,
                                     subject.precision)
-            hint = explain_combination(case, split, combined) if not judged.ok else None
+            hint = explain_combination(case, split, combined, counts_its_own=True) if not judged.ok else None
             judged.failures = [Failure(f.kind, f"{f.message}: {hint}" if hint and f.kind == out_of_tolerance(name)
                                        else f.message) for f in judged.failures]
             verdict.merge(judged, prefix=f"the combined {name}: ")

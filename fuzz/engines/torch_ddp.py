@@ -155,7 +155,7 @@ class TorchDDP(Accumulation):
         if cotangents is None:
             combined = weight * float(np.sum([loss for reply in replies for loss in reply["losses"]]))
             judged = compare_values(ReadBack({name: np.array(combined)}, {name: case.dtype}), case, subject.precision)
-            hint = explain_combination(case, split, combined) if not judged.ok else None
+            hint = explain_combination(case, split, combined, counts_its_own=True) if not judged.ok else None
             judged.failures = [Failure(f.kind, f"{f.message}: {hint}" if hint and f.kind == out_of_tolerance(name)
                                        else f.message) for f in judged.failures]
             verdict.merge(judged, prefix="the combined loss: ")

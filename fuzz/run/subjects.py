@@ -47,6 +47,7 @@ class SubjectSpec:
 
 
 MASKED_VALUES = ("any", "finite")
+ARGUMENTS = {"mode": "reduction"}  # a contract parameter that `check` takes under another name
 
 
 def declared_contract(reduction: str | None = None, rows: str | None = None, l_max: float | None = None,
@@ -74,10 +75,24 @@ def declared_contract(reduction: str | None = None, rows: str | None = None, l_m
     try:
         contract = get_contract("accumulation" if accumulation else "reduction", parameters)  # ValueError naming one
     except ValueError as error:  # the contract names its parameters; here they are arguments (`mode` is `reduction`)
-        message = re.sub(r"^mode\b", spell("reduction"), str(error))
+        message = re.sub(r"^mode\b", spell(ARGUMENTS["mode"]), str(error))
         raise ValueError(re.sub(r"\b(l_max|dp_reduce|backward_scale)\b", lambda found: spell(found[1]), message)
                          ) from None
     return contract.name, dict(contract.bound)
+
+
+def implied_parameters(contract_name: str, given: Mapping[str, Any], bound: Mapping[str, Any],
+                       spell: Callable[[str], str] = lambda name: name) -> list[str]:
+    """Notes for the parameters left undeclared that a declared spelling set (a trainer's name for a mode carries
+    that trainer's convention), so that a user who meant the default sees where the checked value comes from."""
+    notes = []
+    for spec in get_contract(contract_name).parameters:
+        raw = given.get(spec.name)
+        for name, value in (spec.implies.get(raw, {}) if isinstance(raw, str) else {}).items():
+            if given.get(name) is None and bound.get(name) == value:
+                notes.append(f"{spell(ARGUMENTS.get(spec.name, spec.name))} {raw} is a trainer's spelling that also "
+                             f"means {name}={value}, its convention, checked here; {spell(name)} declares another")
+    return notes
 
 
 def unread_parameters(bound: Mapping[str, Any], rows: str | None, l_max: float | None,
