@@ -437,7 +437,7 @@ def run_check(args: argparse.Namespace, started: Workers | None = None) -> list[
                      started=started)
 
 
-# How a rank form's ranks run, for the report's heading (the progress lines name each cell's the same way).
+# How a rank form's ranks run, in words, for the report's heading.
 RANK_FORMS = {"torch": "torch.distributed ranks under DDP", "jax": "jax.shard_map ranks"}
 
 

@@ -82,19 +82,17 @@ def step_scale(bound: Mapping[str, Any], steps: int) -> float:
     return 1.0 / steps if bound["backward_scale"] == "1/G" else 1.0
 
 
-def _chunk_losses(chunks: Sequence[Case], bound: Mapping[str, Any]) -> list[float]:
-    """Each chunk's exact loss as its own batch."""
+def _chunk_results(chunks: Sequence[Case], bound: Mapping[str, Any]) -> list[reduction.Exact]:
+    """Each chunk's exact results as its own batch."""
     values = chunks[0].contract.differentiable_inputs[0].name
-    return [float(reduction.reference(chunk.values[values], chunk.mask, bound["mode"], bound["rows"],
-                                      bound["l_max"]).loss) for chunk in chunks]
+    return [reduction.reference(chunk.values[values], chunk.mask, bound["mode"], bound["rows"], bound["l_max"])
+            for chunk in chunks]
 
 
-def _rank_losses(chunks: Sequence[Case], bound: Mapping[str, Any], ranks: int, steps: int) -> list[float]:
-    """Each rank's exact loss over its own G micro-batches as one batch (the chunks are rank-major): its sums over
-    the counts of that rank alone, N and D counted on the rank and not all-reduced over the ranks."""
-    values = chunks[0].contract.differentiable_inputs[0].name
-    own = [reduction.reference(chunk.values[values], chunk.mask, bound["mode"], bound["rows"], bound["l_max"])
-           for chunk in chunks]
+def _rank_losses(own: Sequence[reduction.Exact], bound: Mapping[str, Any], ranks: int, steps: int) -> list[float]:
+    """Each rank's exact loss over its own G micro-batches as one batch, from the chunks' own results `own`
+    (rank-major): its sums over the counts of that rank alone, N and D counted on the rank and not all-reduced
+    over the ranks."""
     losses = []
     for rank in range(ranks):
         mine = own[rank * steps:(rank + 1) * steps]
@@ -128,7 +126,8 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
     tol = float(case.contract.tolerance(expected, case.dtype)[reduction.LOSS])
     share = CONTRACT_CHUNKED.weight(bound, ranks, steps) * compensation(bound, ranks, steps)
     tokens = int(expected.counts.sum())
-    own_means = sum(_chunk_losses(chunks, bound))
+    own = _chunk_results(chunks, bound)
+    own_means = sum(float(result.loss) for result in own)
     not_all_reduced = "not the step's all-reduced over the ranks"
     over_ranks = counts_its_own and ranks > 1
     own_count = ("does each micro-batch divide by its own token count (or rows)"
@@ -136,7 +135,7 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
     candidates = [(share * own_means, own_count),
                   # the count a rank makes over its own G micro-batches, never all-reduced over the ranks (with
                   # G = 1 it is each micro-batch's own, the line above)
-                  *([(share * sum(_rank_losses(chunks, bound, ranks, steps)),
+                  *([(share * sum(_rank_losses(own, bound, ranks, steps)),
                       f"does each rank divide by its own token count (or rows), {not_all_reduced}?")]
                     if over_ranks and steps > 1 else []),
                   # the form trainers ship: each chunk's own mean, nothing rescaled, averaged by the ranks and the

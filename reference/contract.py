@@ -165,6 +165,10 @@ class Parameter:
                              + (f" (did you mean {near[0]}?)" if near else ""))
         return self.check(value) if self.check is not None else value
 
+    def implied(self, given: Any) -> Mapping[str, Any]:
+        """What the spelling `given` declares of the other parameters (nothing for most spellings)."""
+        return self.implies.get(given, {}) if isinstance(given, str) else {}
+
 
 @dataclass(frozen=True)
 class ChunkedCall:
@@ -289,10 +293,17 @@ class Contract:
         where a spelling given here implies it: tunix's name for a mode brings tunix's rows)."""
         from reference.contracts import get_contract
 
-        implied = {name for spec in self.parameters if isinstance(values.get(spec.name), str)
-                   for name in spec.implies.get(values[spec.name], {})}
+        implied = self.implied_by(values)
         kept = {name: value for name, value in self.bound.items() if name not in implied}
         return get_contract(self.name, {**kept, **values})
+
+    def implied_by(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """What the spellings in `values` declare of other parameters: a trainer's name for a mode, its
+        convention."""
+        implied: dict[str, Any] = {}
+        for spec in self.parameters:
+            implied.update(spec.implied(values.get(spec.name)))
+        return implied
 
     def canonical_parameters(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Every declared parameter's canonical value (aliases resolved; one left out, or None where that means
@@ -308,10 +319,7 @@ class Contract:
         implicit = {name for spec in self.parameters for implied in spec.implies.values() for name in implied}
         declared = {name: value for name, value in values.items()
                     if value is not None or (known[name].default is not None and name not in implicit)}
-        implied: dict[str, Any] = {}
-        for name, value in declared.items():
-            if isinstance(value, str):
-                implied.update(known[name].implies.get(value, {}))
+        implied = self.implied_by(declared)
         canonical = {name: spec.value(declared.get(name, implied.get(name, spec.default)))
                      for name, spec in known.items()}
         return self.parameter_rules(canonical) if self.parameter_rules is not None else canonical

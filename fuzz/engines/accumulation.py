@@ -92,9 +92,7 @@ class Accumulation(Engine):
                 scaled = {key: np.asarray(value) * weight for key, value in cotangents.items()}
                 result, called = call_safely(adapter.vjp, function, inputs, scaled, case.contract, keywords)
                 if not called.ok:
-                    alone = functools.partial(call_safely, functools.partial(function, **keywords),
-                                              *adapter.materialize(chunk))
-                    called = named_by_pass(called, function, lambda alone=alone: alone()[1])
+                    called = named_by_pass(called, function, adapter, chunk, keywords)
             verdict.merge(called, prefix=prefix)
             if not called.ok:
                 return verdict

@@ -9,7 +9,8 @@ range is reported as what it is, an overflow of that dtype, not as a NaN bug.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -48,18 +49,22 @@ def _non_finite(name: str, values: np.ndarray, overflow: str | None, mask: np.nd
     return GRADIENT_NON_FINITE, f"{name} is not finite: {seen}{hint}"
 
 
-def named_by_pass(verdict: Verdict, function: Callable[..., Any], alone: Callable[[], Verdict]) -> Verdict:
-    """The failing verdict of a call of `function` and its backward in one go, each failure named by the pass
-    that raised it: the forward's as the forward cell names it (the same bug there), anything else "backward
-    ...". A forward is one whose exception came out of `function`'s own frame and which `alone` (the function
-    called by itself, on inputs that need no gradient) raises too: a compiler that traces the backward while the
-    function is being called (torch.compile's AOTAutograd) raises a backward's error from that frame as well."""
-    if raised_calling(verdict, function) and alone().kind == verdict.kind:
-        return verdict
-    named = Verdict(traceback=verdict.traceback, raised_through=verdict.raised_through)
-    for failure in verdict.failures:
-        named.fail(f"backward {failure.kind}", f"backward {failure.message}")
-    return named
+def named_by_pass(verdict: Verdict, function: Callable[..., Any], adapter: Any, case: Case,
+                  keywords: Mapping[str, Any] | None = None) -> Verdict:
+    """The failing verdict of a call of `function` (with `keywords`) and its backward in one go on `case`, each
+    failure named by the pass that raised it: the forward's as the forward cell names it (the same bug there),
+    anything else "backward ...". A forward is one whose exception came out of `function`'s own frame and which
+    the function called alone, on inputs that need no gradient, raises too: a compiler that traces the backward
+    while the function is being called (torch.compile's AOTAutograd) raises a backward's error from that frame as
+    well."""
+    if raised_calling(verdict, function):
+        _, alone = call_safely(functools.partial(function, **(keywords or {})), *adapter.materialize(case))
+        if alone.kind == verdict.kind:
+            return verdict
+    failed, verdict.failures = verdict.failures, []
+    for failure in failed:
+        verdict.fail(f"backward {failure.kind}", f"backward {failure.message}")
+    return verdict
 
 
 def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray], exact: Any,
@@ -72,7 +77,7 @@ def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray],
     function = subject.function_for(contract)
     result, verdict = call_safely(adapter.vjp, function, inputs, cotangents, contract)
     if not verdict.ok:
-        return named_by_pass(verdict, function, lambda: call_safely(function, *adapter.materialize(case))[1])
+        return named_by_pass(verdict, function, adapter, case)
     verdict.merge(modified_inputs(adapter, case, inputs, snapshot))
     values, structure = check_gradient_arrays(result, adapter, case)
     verdict.merge(structure)

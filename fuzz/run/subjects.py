@@ -88,7 +88,7 @@ def implied_parameters(contract_name: str, given: Mapping[str, Any], bound: Mapp
     notes = []
     for spec in get_contract(contract_name).parameters:
         raw = given.get(spec.name)
-        for name, value in (spec.implies.get(raw, {}) if isinstance(raw, str) else {}).items():
+        for name, value in spec.implied(raw).items():
             if given.get(name) is None and bound.get(name) == value:
                 notes.append(f"{spell(ARGUMENTS.get(spec.name, spec.name))} {raw} is a trainer's spelling that also "
                              f"means {name}={value}, its convention, checked here; {spell(name)} declares another")
