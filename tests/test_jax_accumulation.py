@@ -14,10 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fuzz.engines.cell import run_sharded_cell
 from fuzz.engines.chunks import BUCKET_ROWS, BUCKET_WIDTHS, SHAPES, bucketed_chunks, chunk_case, draw_chunks
 from fuzz.engines.jax_accumulation import uniform_chunks
+from fuzz.engines.plan import plan_sharded_cells
 from fuzz.engines.torch_ranks import TIMEOUT_VARIABLE
 from fuzz.judge.draws import cases
+from fuzz.run.subjects import SubjectSpec, declared_contract
 from reference.contracts import get_contract
 from reference.exact import exact_results
 from tests.test_ranks import rank_cell
@@ -54,6 +57,52 @@ def test_a_jax_rank_that_fails_fails_its_cell_with_a_clear_message(tmp_path, mon
         assert any("raised ValueError: the rank form is broken" in failure for failure in cell.failures)
         assert cell.snippet and "jax.shard_map" in cell.snippet
     assert time.perf_counter() - started < 180  # the worker starts in seconds; one failure, not one per shrink
+
+
+def _gradient_cell_kinds(target: str) -> set[str]:
+    """The bug kinds of the R = 2, G = 1 float32 gradient cell of a token-mean rank form under jax.shard_map."""
+    contract, parameters = declared_contract("token-mean", accumulation=True)
+    spec = SubjectSpec.of(target, "jax", contract=contract, parameters=parameters)
+    tasks = plan_sharded_cells(spec, "jax-accumulation", ["float32"], ["cpu"], 2, 0, True, 2)
+    cell = run_sharded_cell(next(task for task in tasks if task.mesh == (2, 1) and task.check.endswith("gradients")))
+    return {bug.kind for bug in cell.bugs}
+
+
+def test_a_jax_rank_forms_exception_is_named_by_the_pass_that_raised_it(tmp_path, monkeypatch):
+    """The gradient cell runs the step's forward and backward as one program: what tracing the function raised is
+    the forward cell's bug, named the same; what only the backward raised is a backward bug."""
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "60")
+    forward = _rank_bug(tmp_path, "raise ValueError('the rank form is broken')")
+    assert _gradient_cell_kinds(forward) == {"raised ValueError"}
+    backward = tmp_path / "jax_rank_backward_bug.py"
+    backward.write_text(textwrap.dedent("""
+        import jax
+        import jax.numpy as jnp
+        from jax import lax
+
+
+        @jax.custom_vjp
+        def summed(values):
+            return jnp.sum(values)
+
+
+        def _forward(values):
+            return jnp.sum(values), None
+
+
+        def _backward(saved, cotangent):
+            raise ValueError("the backward is broken")
+
+
+        summed.defvjp(_forward, _backward)
+
+
+        def chunk_loss(token_losses, token_mask, *, step_masks, axis_name, accumulation_steps):
+            total = summed(jnp.where(token_mask, token_losses, 0).astype(jnp.float32))
+            count = lax.psum(sum(jnp.sum(mask, dtype=jnp.int32) for mask in step_masks), axis_name)
+            return total / jnp.maximum(count, 1) * lax.axis_size(axis_name)
+        """))
+    assert _gradient_cell_kinds(f"{backward}:chunk_loss") == {"backward raised ValueError"}
 
 
 @settings(max_examples=60, deadline=None)

@@ -120,6 +120,49 @@ def test_a_rank_that_fails_fails_its_cell_with_a_clear_message(tmp_path, monkeyp
     assert time.perf_counter() - started < 90  # ranks start in seconds; one timeout of 5 s, not one per shrink
 
 
+def test_a_mesh_functions_exception_is_named_by_the_pass_that_raised_it(tmp_path, monkeypatch):
+    """Under jax.shard_map a gradient cell runs forward and backward as one program: what tracing the function
+    raised is the forward cell's bug, named the same; what only its backward raised is a backward bug."""
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "60")
+    path = tmp_path / "jax_mesh_bugs.py"
+    path.write_text(textwrap.dedent("""
+        import jax
+        import jax.numpy as jnp
+
+        from impls.jax_shard_map import sequence_vs_token_normalization
+
+
+        @jax.custom_vjp
+        def same(values):
+            return values
+
+
+        def _forward(values):
+            return values, None
+
+
+        def _backward(saved, cotangent):
+            raise ValueError("the backward is broken")
+
+
+        same.defvjp(_forward, _backward)
+
+
+        def forward_bug(token_log_probs, advantages, token_mask):
+            raise ValueError("the forward is broken")
+
+
+        def backward_bug(token_log_probs, advantages, token_mask):
+            return sequence_vs_token_normalization(same(token_log_probs), advantages, token_mask)
+        """))
+    kinds = {}
+    for name in ("forward_bug", "backward_bug"):
+        tasks = plan_sharded_cells(SubjectSpec(f"{path}:{name}", "jax"), "jax", ["float32"], ["cpu"], 2, 0, True, 2)
+        cell = run_sharded_cell(next(task for task in tasks if task.check.endswith("gradients")))
+        kinds[name] = {bug.kind for bug in cell.bugs}
+    assert kinds == {"forward_bug": {"raised ValueError"}, "backward_bug": {"backward raised ValueError"}}
+
+
 def test_each_mesh_draws_its_own_cases():
     """Every (seed, mesh) has a seed of its own: the meshes of a run draw different cases, and two runs with
     different --seed share none of their cells' cases."""

@@ -83,17 +83,27 @@ def test_a_progress_line_gives_up_the_contract_label_before_where_the_cell_ran()
     assert "..." in lines["long name"] and "| cpu float64 | forward  20 ex" in lines["long name"]
 
 
-def test_a_kind_shown_again_is_not_repeated_before_its_message():
+def test_a_kind_shown_again_is_one_line_under_its_first_cell_without_its_kind():
+    """One bug of a JAX check can show in 16 cells: the first cell's block in full, then a line for each other cell
+    where the same implementation shows the same kind in the same check; another implementation's is its own bug."""
     case = Case(np.zeros((1, 1)), np.zeros(1), np.ones((1, 1), bool), dtype="float32")
     cells = []
-    for dtype in ("float32", "float64"):
-        cell = CellResult("f", "cpu", dtype, "forward",
-                          bugs=[Bug("raised TypeError", ["raised TypeError: boom"], case, "raise TypeError\n")])
-        cell.contract = "reduction (token-mean)"
-        cells.append(cell)
-    text = " ".join(bugs(cells))
-    assert "forward: raised TypeError: boom (a kind shown" in text
-    assert "raised TypeError: raised TypeError" not in text
+    for subject in ("f", "g"):
+        for device in ("cpu", "cpu:1"):
+            for dtype in ("float32", "float64"):
+                cell = CellResult(subject, device, dtype, "forward",
+                                  bugs=[Bug("raised TypeError", [f"raised TypeError: boom in {dtype}"], case,
+                                            "raise TypeError\n")])
+                cell.contract = "reduction (token-mean)"
+                cells.append(cell)
+    lines = bugs(cells)
+    text = "\n".join(lines)
+    assert text.count("=== FAIL") == 2 and text.count("reproduce with this snippet") == 2
+    assert text.count("the same kind in 3 more cells") == 2
+    block = text[text.index("=== FAIL f |"):text.index("=== FAIL g |")]
+    assert [line for line in block.splitlines() if line.startswith("  - cpu")] == [
+        "  - cpu float64: boom in float64", "  - cpu:1 float32: boom in float32", "  - cpu:1 float64: boom in float64"]
+    assert "raised TypeError: raised TypeError" not in text and not _too_wide(text)
 
 
 def test_the_progress_lines_of_one_target_keep_one_label_in_every_dtype():

@@ -255,7 +255,7 @@ def run_step(job: dict[str, Any], runner: Any) -> dict[str, Any]:
     from jax.sharding import PartitionSpec as P
 
     from fuzz.engines.torch_ranks import LOAD_FAILED
-    from fuzz.judge.verdict import call_safely
+    from fuzz.judge.verdict import call_safely, named_by_forward_alone
     from impls.frameworks import load_framework
     from reference.dtypes import numpy_dtype
 
@@ -270,24 +270,33 @@ def run_step(job: dict[str, Any], runner: Any) -> dict[str, Any]:
     where = (f"the step under jax.shard_map (R = {split.ranks} devices, each a lax.scan over its G = {split.steps} "
              f"micro-batches of {split.rows_per_chunk} x {split.width}): ")
     values, masks = stacked(case, split, job["fill"])
-    with adapter.scope(case):  # float64 cases under x64, the others under JAX's defaults
+
+    def run(with_backward: bool) -> tuple[Any, Verdict, list[str]]:
+        """The step, forward alone or with its backward, compiled once per shape (a failed trace is dropped: the
+        next example traces again); with what the trace found wrong in the chunks' outputs."""
         key = ("jax-accumulation", job["subject"], contract, split.ranks, split.steps, values.shape, case.dtype,
-               backward)
+               with_backward)
         if key not in runner.compiled:
             problems: list[str] = []
             runner.compiled[key] = (step_function(fn, contract, runner.mesh((split.ranks, 1)), split.ranks,
-                                                  split.steps, backward, problems), problems)
+                                                  split.steps, with_backward, problems), problems)
         step, problems = runner.compiled[key]
         sharding = NamedSharding(runner.mesh((split.ranks, 1)), P(AXIS))
         arguments = [jax.device_put(values.astype(numpy_dtype(case.dtype)), sharding),
                      jax.device_put(masks, sharding)]
-        if backward:
+        if with_backward:
             arguments.append(np.asarray(job["cotangent"], dtype=np.float64))  # converted to the output's dtype
         result, verdict = call_safely(lambda *arrays: jax.block_until_ready(step(*arrays)), *arguments)
-        failures = [Failure(f"backward {f.kind}" if backward else f.kind,
-                            f"{where}{'backward ' if backward else ''}{f.message}") for f in verdict.failures]
         if not verdict.ok:
-            runner.compiled.pop(key, None)  # a failed trace leaves nothing compiled: the next example traces again
+            runner.compiled.pop(key, None)
+        return result, verdict, problems
+
+    with adapter.scope(case):  # float64 cases under x64, the others under JAX's defaults
+        result, verdict, problems = run(backward)
+        if backward and not verdict.ok:  # one process: the forward can run alone on the same devices
+            verdict = named_by_forward_alone(verdict, fn, lambda: run(False)[1])
+        failures = [Failure(f.kind, f"{where}{f.message}") for f in verdict.failures]
+        if not verdict.ok:
             return {"failures": failures, "traceback": verdict.traceback}
         failures += [Failure(STRUCTURE, f"{where}each chunk's {problem}") for problem in dict.fromkeys(problems)]
         outs, gradient = result if backward else (result, None)

@@ -88,7 +88,7 @@ class _Runner:
     def run(self, job: dict[str, Any]) -> dict[str, Any]:
         from fuzz.engines.replies import rank_reply
         from fuzz.engines.torch_ranks import LOAD_FAILED
-        from fuzz.judge.verdict import Failure, call_safely
+        from fuzz.judge.verdict import Failure, call_safely, named_by_forward_alone
         from impls.frameworks import load_framework
 
         if "runner" in job:  # another engine's job (fuzz/engines/jax_accumulation.py): its own function, given this
@@ -106,6 +106,9 @@ class _Runner:
             inputs = sharded_inputs(adapter, case, mesh)
             result, verdict = (call_safely(forward, *inputs) if cotangents is None
                                else call_safely(backward, inputs, cotangents))
+            if cotangents is not None and not verdict.ok:  # one process: the forward can run alone on the mesh
+                verdict = named_by_forward_alone(verdict, self.function(job["subject"], case.contract),
+                                                 lambda: call_safely(forward, *inputs)[1])
             return rank_reply(adapter, case, verdict, result, cotangents is not None)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from fuzz.judge.outputs import check_gradient_arrays, check_outputs
-from fuzz.judge.verdict import Failure, Verdict
+from fuzz.judge.verdict import Verdict
 from impls.frameworks import Framework
 from reference.case import Case
 
@@ -15,11 +15,10 @@ from reference.case import Case
 def rank_reply(adapter: Framework, case: Case, verdict: Verdict, result: Any, backward: bool,
                changes: Verdict | None = None) -> dict[str, Any]:
     """The reply to the parent for a call that gave `verdict` and `result` (the outputs, or with `backward` the
-    adapter's VJP); `changes`: what it did to its inputs."""
+    adapter's VJP, a failing one's failures already named by the pass that raised them); `changes`: what it did to
+    its inputs."""
     reply: dict[str, Any] = {"failures": list(verdict.failures), "traceback": verdict.traceback}
     if not verdict.ok:
-        if backward:
-            reply["failures"] = [Failure(f"backward {f.kind}", f"backward {f.message}") for f in verdict.failures]
         return reply
     reply["failures"] += list(changes.failures if changes is not None else ())
     read, structure = (check_gradient_arrays if backward else check_outputs)(result, adapter, case)

@@ -100,7 +100,7 @@ def _run_job(job: dict[str, Any], groups: dict[tuple[int, int], tuple[Any, Any]]
     """One example on this rank: the forward pass (checked for structure and unchanged inputs), or the VJP."""
     from fuzz.engines.replies import rank_reply
     from fuzz.judge.outputs import modified_inputs
-    from fuzz.judge.verdict import Failure, call_safely
+    from fuzz.judge.verdict import Failure, all_backward, call_safely
     from impls.frameworks import load_framework
 
     adapter = load_framework("torch")
@@ -117,6 +117,11 @@ def _run_job(job: dict[str, Any], groups: dict[tuple[int, int], tuple[Any, Any]]
     snapshot = adapter.snapshot(inputs)
     result, verdict = (call_safely(bound, *inputs) if cotangents is None
                        else call_safely(adapter.vjp, bound, inputs, cotangents, case.contract))
+    if cotangents is not None and not verdict.ok:
+        # Named "backward" whatever raised it: telling a forward's exception apart means calling the function alone
+        # (fuzz.judge.verdict.named_by_forward_alone), and on one rank alone that call's collectives could wait for
+        # ranks that do not make it.
+        verdict = all_backward(verdict)
     changes = modified_inputs(adapter, case, inputs, snapshot)
     return rank_reply(adapter, case, verdict, result, cotangents is not None, changes)
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from fuzz.judge.draws import draw_cotangents
 from fuzz.judge.forward import empty_selection
 from fuzz.judge.outputs import GRADIENT_STRUCTURE, check_gradient_arrays, modified_inputs
-from fuzz.judge.verdict import Verdict, call_safely, out_of_tolerance, raised_calling, same_bits
+from fuzz.judge.verdict import Verdict, call_safely, named_by_forward_alone, out_of_tolerance, same_bits
 from reference.case import Case
 from reference.dtypes import largest
 from reference.exact import exact_results
@@ -52,19 +52,10 @@ def _non_finite(name: str, values: np.ndarray, overflow: str | None, mask: np.nd
 def named_by_pass(verdict: Verdict, function: Callable[..., Any], adapter: Any, case: Case,
                   keywords: Mapping[str, Any] | None = None) -> Verdict:
     """The failing verdict of a call of `function` (with `keywords`) and its backward in one go on `case`, each
-    failure named by the pass that raised it: the forward's as the forward cell names it (the same bug there),
-    anything else "backward ...". A forward is one whose exception came out of `function`'s own frame and which
-    the function called alone, on inputs that need no gradient, raises too: a compiler that traces the backward
-    while the function is being called (torch.compile's AOTAutograd) raises a backward's error from that frame as
-    well."""
-    if raised_calling(verdict, function):
-        _, alone = call_safely(functools.partial(function, **(keywords or {})), *adapter.materialize(case))
-        if alone.kind == verdict.kind:
-            return verdict
-    failed, verdict.failures = verdict.failures, []
-    for failure in failed:
-        verdict.fail(f"backward {failure.kind}", f"backward {failure.message}")
-    return verdict
+    failure named by the pass that raised it (`named_by_forward_alone`), the function called alone on inputs that
+    need no gradient."""
+    return named_by_forward_alone(verdict, function, lambda: call_safely(
+        functools.partial(function, **(keywords or {})), *adapter.materialize(case))[1])
 
 
 def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray], exact: Any,

@@ -158,3 +158,23 @@ def raised_calling(verdict: Verdict, fn: Callable[..., Any]) -> bool:
     from what ran after it returned (a call whose frame a compiler left off the traceback reads as after)."""
     code = getattr(fn, "__code__", None)
     return code is not None and (code.co_filename, code.co_name) in verdict.raised_through
+
+
+def named_by_forward_alone(verdict: Verdict, function: Callable[..., Any],
+                           forward_alone: Callable[[], Verdict]) -> Verdict:
+    """The failing verdict of a forward and backward run in one go, each failure named by the pass that raised it:
+    the forward's as the forward cell names it (the same bug there), anything else "backward ...". A forward is one
+    whose exception came out of `function`'s own frame and which the forward run alone (`forward_alone`, called
+    only then) raises too: a compiler that traces the backward while the function is being called (torch.compile's
+    AOTAutograd) raises a backward's error from that frame as well."""
+    if raised_calling(verdict, function) and forward_alone().kind == verdict.kind:
+        return verdict
+    return all_backward(verdict)
+
+
+def all_backward(verdict: Verdict) -> Verdict:
+    """Every failure of `verdict` named as the backward pass's, in place."""
+    failed, verdict.failures = verdict.failures, []
+    for failure in failed:
+        verdict.fail(f"backward {failure.kind}", f"backward {failure.message}")
+    return verdict

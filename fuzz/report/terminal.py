@@ -149,26 +149,30 @@ def _traceback(bug: Bug) -> list[str]:
 
 
 def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> list[str]:
-    """Every distinct bug of every failing cell with its minimal case; its traceback and snippet the first time a
-    kind of bug shows in a check, a one-line reference after that (all snippets are in the JSON)."""
+    """Every distinct bug of every failing cell: the first cell it shows in with its minimal case, its traceback
+    and snippet; every other cell where the same implementation shows the same kind in the same check, one line each
+    under it (one bug of a JAX check can show in 16 cells; the JSON keeps every cell's case and snippet)."""
     lines: list[str] = []
-    shown: set[tuple[str, str, str]] = set()
+    # a distinct bug, as the summary counts them: (implementation, contract, check, kind), and the first bug of it
+    first: dict[tuple[str, str, str, str], Bug] = {}
+    more: dict[tuple[str, str, str, str], list[tuple[CellResult, Bug]]] = {}
+    for cell in results:
+        for bug in cell.bugs:
+            key = (cell.subject, cell.contract, cell.check, bug.kind)
+            if key in first:
+                more[key].append((cell, bug))
+            else:
+                first[key], more[key] = bug, []
     for cell in results:
         where = f"{cell.subject} | {cell.contract} | {cell.device} {cell.dtype} | {cell.check}"
         for problem in cell.problems:
             lines += ["", *wrap(f"=== FAIL {where}: {for_terminal(problem)}")]
         for number, bug in enumerate(cell.bugs, 1):
+            key = (cell.subject, cell.contract, cell.check, bug.kind)
+            if first[key] is not bug:
+                continue
             several = len(cell.bugs) > 1
             title = f"{where}: {bug.kind}" + (f" (bug {number} of {len(cell.bugs)} in this cell)" if several else "")
-            key = (cell.contract, bug.kind, cell.check)
-            if key in shown:
-                # a message that starts with its kind ("raised TypeError: ...") is shown after the kind without it
-                first = "; ".join(for_terminal(failure).split("\n", 1)[0].removeprefix(f"{bug.kind}: ")
-                                  for failure in bug.failures)
-                lines += ["", *wrap(f"=== FAIL {title}: {first} (a kind shown above with its snippet; --json keeps "
-                                    "this one's)")]
-                continue
-            shown.add(key)
             story = ", ".join(f"{label}={value!r}" for label, value in bug.story if label != "seed")
             lines += ["", *wrap(f"=== FAIL {title} ===")]
             lines += [line for failure in bug.failures for line in wrap(f"- {for_terminal(failure)}", indent="  ")]
@@ -177,6 +181,20 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
             if bug.traceback:
                 lines += _traceback(bug)
             lines += _snippet_lines(bug, snippet_folder)
+            lines += _elsewhere(bug.kind, more[key])
+    return lines
+
+
+def _elsewhere(kind: str, found: Sequence[tuple[CellResult, Bug]]) -> list[str]:
+    """The other cells where a kind of bug shows: one line each, its first failure's first line."""
+    if not found:
+        return []
+    lines = ["", *wrap(f"  the same kind in {len(found)} more cell{'s' * (len(found) != 1)} (each one's minimal case "
+                       "and snippet: --json):")]
+    for cell, bug in found:
+        # a message that starts with its kind ("raised TypeError: ...") is shown without it
+        message = for_terminal(bug.failures[0]).split("\n", 1)[0].removeprefix(f"{kind}: ") if bug.failures else ""
+        lines.append(fit(f"  - {cell.device} {cell.dtype}: {message}"))
     return lines
 
 
