@@ -101,19 +101,21 @@ class Report:
 
     def raise_for_failures(self) -> None:
         """Raise AssertionError unless everything conforms: each failure with its shrunk case, and a snippet for
-        the first failure of each kind in each check (as the terminal shows them: the same bug in four dtypes
-        would otherwise fill a CI log with four snippets; `failures` keeps every one)."""
+        the first failure of each distinct bug, one kind of failure of one implementation in one check, as the
+        terminal counts them (the same bug in four dtypes would otherwise fill a CI log with four snippets;
+        `failures` keeps every one)."""
         if self.ok:
             return
         failures = self.failures
-        shown: set[tuple[str, str]] = set()
+        shown: set[tuple[str, str, str]] = set()
         texts = []
         for failure in failures:
-            first = (failure.kind, failure.check) not in shown
-            shown.add((failure.kind, failure.check))
+            bug = (failure.implementation, failure.check, failure.kind)
+            first = bug not in shown
+            shown.add(bug)
             texts.append(failure.text(snippet=first) + ("" if first or not failure.snippet else
                                                         "\n(a kind shown above with its snippet)"))
-        raise AssertionError(f"{len(failures)} failure(s), {len(shown)} kind(s) of failure:\n\n" + "\n\n".join(texts))
+        raise AssertionError(f"{len(failures)} failure(s), {len(shown)} distinct bug(s):\n\n" + "\n\n".join(texts))
 
     def __str__(self) -> str:
         """The terminal's view: one line per implementation and contract, then every bug with its snippet."""

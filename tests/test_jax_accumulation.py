@@ -103,6 +103,12 @@ def test_a_jax_rank_forms_exception_is_named_by_the_pass_that_raised_it(tmp_path
             return total / jnp.maximum(count, 1) * lax.axis_size(axis_name)
         """))
     assert _gradient_cell_kinds(f"{backward}:chunk_loss") == {"backward raised ValueError"}
+    # raised inside the function's own frame, but only while it is differentiated (a custom_jvp rule runs when the
+    # function is traced for its derivative): the forward alone runs, so it is the backward's
+    differentiated = tmp_path / "jax_rank_jvp_bug.py"
+    differentiated.write_text(backward.read_text().replace("jax.custom_vjp", "jax.custom_jvp").replace(
+        "summed.defvjp(_forward, _backward)", "summed.defjvp(lambda primals, tangents: _backward(None, None))"))
+    assert _gradient_cell_kinds(f"{differentiated}:chunk_loss") == {"backward raised ValueError"}
 
 
 @settings(max_examples=60, deadline=None)

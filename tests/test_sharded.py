@@ -120,6 +120,17 @@ def test_a_rank_that_fails_fails_its_cell_with_a_clear_message(tmp_path, monkeyp
     assert time.perf_counter() - started < 90  # ranks start in seconds; one timeout of 5 s, not one per shrink
 
 
+def test_a_torch_ranks_gradient_exception_is_named_backward(tmp_path, monkeypatch):
+    """On torch ranks the function is not called alone to tell its forward's exception apart (one rank's call
+    could wait on collectives the others do not make): a gradient cell's exception is named the backward's."""
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "5")
+    path = _rank_bug(tmp_path, "raise ValueError('rank 1 is broken')")
+    tasks = plan_sharded_cells(SubjectSpec(f"{path}:{FUNCTION}", "torch"), "torch", ["float32"], ["cpu"], 2, 0, True,
+                               2)
+    cell = run_sharded_cell(next(task for task in tasks if task.mesh == (1, 2) and task.check.endswith("gradients")))
+    assert any("backward raised ValueError: rank 1 is broken" in failure for failure in cell.failures), cell.failures
+
+
 def test_a_mesh_functions_exception_is_named_by_the_pass_that_raised_it(tmp_path, monkeypatch):
     """Under jax.shard_map a gradient cell runs forward and backward as one program: what tracing the function
     raised is the forward cell's bug, named the same; what only its backward raised is a backward bug."""
@@ -152,15 +163,19 @@ def test_a_mesh_functions_exception_is_named_by_the_pass_that_raised_it(tmp_path
             raise ValueError("the forward is broken")
 
 
+        jitted_forward_bug = jax.jit(forward_bug)  # a JAX user's loss is often jitted: its trace still raises it
+
+
         def backward_bug(token_log_probs, advantages, token_mask):
             return sequence_vs_token_normalization(same(token_log_probs), advantages, token_mask)
         """))
     kinds = {}
-    for name in ("forward_bug", "backward_bug"):
+    for name in ("forward_bug", "jitted_forward_bug", "backward_bug"):
         tasks = plan_sharded_cells(SubjectSpec(f"{path}:{name}", "jax"), "jax", ["float32"], ["cpu"], 2, 0, True, 2)
         cell = run_sharded_cell(next(task for task in tasks if task.check.endswith("gradients")))
         kinds[name] = {bug.kind for bug in cell.bugs}
-    assert kinds == {"forward_bug": {"raised ValueError"}, "backward_bug": {"backward raised ValueError"}}
+    assert kinds == {"forward_bug": {"raised ValueError"}, "jitted_forward_bug": {"raised ValueError"},
+                     "backward_bug": {"backward raised ValueError"}}
 
 
 def test_each_mesh_draws_its_own_cases():

@@ -6,6 +6,7 @@ crash of the harness (`call_safely`): SystemExit, KeyboardInterrupt and a user's
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -155,9 +156,23 @@ def _raised(error: BaseException, formatted: str) -> Verdict:
 
 def raised_calling(verdict: Verdict, fn: Callable[..., Any]) -> bool:
     """Whether the exception in `verdict` came out of a call of `fn` (its frame is on the way out), rather than
-    from what ran after it returned (a call whose frame a compiler left off the traceback reads as after)."""
-    code = getattr(fn, "__code__", None)
+    from what ran after it returned (a call whose frame a compiler left off the traceback reads as after). `fn`
+    may be wrapped (`jax.jit`, `functools.wraps`, `functools.partial`): its innermost function's frame counts."""
+    code = getattr(_innermost(fn), "__code__", None)
     return code is not None and (code.co_filename, code.co_name) in verdict.raised_through
+
+
+def _innermost(fn: Any) -> Any:
+    """The function a wrapper calls in the end: through `__wrapped__` (jax.jit, custom_vjp, functools.wraps) and
+    `functools.partial`'s `func`."""
+    seen = set()
+    while id(fn) not in seen:
+        seen.add(id(fn))
+        inner = fn.func if isinstance(fn, functools.partial) else getattr(fn, "__wrapped__", None)
+        if inner is None:
+            break
+        fn = inner
+    return fn
 
 
 def named_by_forward_alone(verdict: Verdict, function: Callable[..., Any],

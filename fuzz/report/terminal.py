@@ -194,7 +194,7 @@ def _elsewhere(kind: str, found: Sequence[tuple[CellResult, Bug]]) -> list[str]:
     for cell, bug in found:
         # a message that starts with its kind ("raised TypeError: ...") is shown without it
         message = for_terminal(bug.failures[0]).split("\n", 1)[0].removeprefix(f"{kind}: ") if bug.failures else ""
-        lines.append(fit(f"  - {cell.device} {cell.dtype}: {message}"))
+        lines.append(fit(f"  - {cell.device} {cell.dtype}: {message}".rstrip()))
     return lines
 
 
