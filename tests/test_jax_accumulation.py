@@ -44,7 +44,7 @@ def _rank_bug(tmp_path, body: str) -> str:
 
 @pytest.mark.parametrize(("body", "message"), [
     ("raise ValueError('the rank form is broken')",
-     "the step under jax.shard_map (R = 2 devices, each a lax.scan over its G = 1 micro-batches of"),
+     "the step under jax.shard_map (R = 2 devices, each a lax.scan over its G = 1 micro-batch of"),
     ("os._exit(7)", "the JAX mesh worker died during an example (exit code 7"),
 ], ids=["raises", "exits"])
 def test_a_jax_rank_that_fails_fails_its_cell_with_a_clear_message(tmp_path, monkeypatch, body, message):

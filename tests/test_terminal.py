@@ -106,6 +106,19 @@ def test_a_kind_shown_again_is_one_line_under_its_first_cell_without_its_kind():
     assert "raised TypeError: raised TypeError" not in text and not _too_wide(text)
 
 
+def test_a_cell_with_several_bugs_names_its_others_wherever_they_are_shown():
+    """A cell's second bug may be a line under an earlier cell's block: its own block says what else it showed."""
+    case = Case(np.zeros((1, 1)), np.zeros(1), np.ones((1, 1), bool), dtype="float32")
+    nan = Bug("non-finite output", ["non-finite output: loss = nan"], case, "assert False\n")
+    wrong = Bug("loss out of tolerance", ["loss out of tolerance: loss = 2.0"], case, "assert False\n")
+    cells = [CellResult("f", "cpu", "float16", "forward", bugs=[wrong]),
+             CellResult("f", "cpu", "float32", "forward", bugs=[nan, wrong])]
+    lines = bugs(cells)
+    text = " ".join(" ".join(lines).split())  # the title is wrapped at 100 columns
+    assert "float32 | forward: non-finite output (this cell also: loss out of tolerance) ===" in text
+    assert "  - cpu float32: loss = 2.0" in lines and "of 2 in this cell" not in text
+
+
 def test_the_progress_lines_of_one_target_keep_one_label_in_every_dtype():
     """Which part of the contract's label fits is decided for the widest dtype name: a target whose float32 line
     would keep "reduction" and whose bfloat16 line would not keeps the same label in both."""

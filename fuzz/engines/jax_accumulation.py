@@ -267,8 +267,9 @@ def run_step(job: dict[str, Any], runner: Any) -> dict[str, Any]:
     except Exception as error:
         return {"failures": [Failure(LOAD_FAILED, f"cannot load the function: {type(error).__name__}: {error}")],
                 "traceback": traceback.format_exc()}
-    where = (f"the step under jax.shard_map (R = {split.ranks} devices, each a lax.scan over its G = {split.steps} "
-             f"micro-batches of {split.rows_per_chunk} x {split.width}): ")
+    devices, batches = "device" + "s" * (split.ranks != 1), "micro-batch" + "es" * (split.steps != 1)
+    where = (f"the step under jax.shard_map (R = {split.ranks} {devices}, each a lax.scan over its G = {split.steps} "
+             f"{batches} of {split.rows_per_chunk} x {split.width}): ")
     values, masks = stacked(case, split, job["fill"])
 
     def run(with_backward: bool) -> tuple[Any, Verdict, list[str]]:

@@ -167,12 +167,13 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
         where = f"{cell.subject} | {cell.contract} | {cell.device} {cell.dtype} | {cell.check}"
         for problem in cell.problems:
             lines += ["", *wrap(f"=== FAIL {where}: {for_terminal(problem)}")]
-        for number, bug in enumerate(cell.bugs, 1):
+        for bug in cell.bugs:
             key = (cell.subject, cell.contract, cell.check, bug.kind)
             if first[key] is not bug:
                 continue
-            several = len(cell.bugs) > 1
-            title = f"{where}: {bug.kind}" + (f" (bug {number} of {len(cell.bugs)} in this cell)" if several else "")
+            # the cell's other bugs by kind: each has a block of its own, or a line under an earlier cell's
+            others = [other.kind for other in cell.bugs if other is not bug]
+            title = f"{where}: {bug.kind}" + (f" (this cell also: {'; '.join(others)})" if others else "")
             story = ", ".join(f"{label}={value!r}" for label, value in bug.story if label != "seed")
             lines += ["", *wrap(f"=== FAIL {title} ===")]
             lines += [line for failure in bug.failures for line in wrap(f"- {for_terminal(failure)}", indent="  ")]
@@ -190,7 +191,7 @@ def _elsewhere(kind: str, found: Sequence[tuple[CellResult, Bug]]) -> list[str]:
     if not found:
         return []
     lines = ["", *wrap(f"  the same kind in {len(found)} more cell{'s' * (len(found) != 1)} (each one's minimal case "
-                       "and snippet: --json):")]
+                       "and snippet: --json, or the API's Report.failures):")]
     for cell, bug in found:
         # a message that starts with its kind ("raised TypeError: ...") is shown without it
         message = for_terminal(bug.failures[0]).split("\n", 1)[0].removeprefix(f"{kind}: ") if bug.failures else ""
