@@ -7,6 +7,7 @@ crash of the harness (`call_safely`): SystemExit, KeyboardInterrupt and a user's
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import signal
 import threading
@@ -163,16 +164,16 @@ def raised_calling(verdict: Verdict, fn: Callable[..., Any]) -> bool:
 
 
 def _innermost(fn: Any) -> Any:
-    """The function a wrapper calls in the end: through `__wrapped__` (jax.jit, custom_vjp, functools.wraps) and
-    `functools.partial`'s `func`."""
-    seen = set()
-    while id(fn) not in seen:
-        seen.add(id(fn))
-        inner = fn.func if isinstance(fn, functools.partial) else getattr(fn, "__wrapped__", None)
-        if inner is None:
-            break
-        fn = inner
-    return fn
+    """The function a wrapper calls in the end: through `__wrapped__` (jax.jit, custom_vjp, functools.wraps; a chain
+    that cycles stops where it is) and `functools.partial`'s `func`."""
+    while True:
+        try:
+            fn = inspect.unwrap(fn)
+        except ValueError:
+            return fn
+        if not isinstance(fn, functools.partial):
+            return fn
+        fn = fn.func
 
 
 def named_by_forward_alone(verdict: Verdict, function: Callable[..., Any],

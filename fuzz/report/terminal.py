@@ -107,9 +107,7 @@ def summary(results: Sequence[CellResult]) -> list[str]:
         body += [*wrap(f"{contract}:"), *(line.text(name_width) for key, line in lines.items() if key[0] == contract)]
     cells = [cell for cell in results if cell.applicable]
     failing = sum(not cell.ok for cell in cells)
-    # a distinct bug, as the HTML report counts them: one kind of failure of one implementation, contract and
-    # check, in every cell (dtype, device) it showed in
-    distinct = len({(c.subject, c.contract, c.check, bug.kind) for c in cells for bug in c.bugs})
+    distinct = len({distinct_bug(c, bug) for c in cells for bug in c.bugs})
     caseless = sum(bool(c.problems) for c in cells)
     verdict = ("every cell conforms" if not failing else
                f"{failing} of {len(cells)} cells fail: {distinct} distinct bug{'s' * (distinct != 1)}"
@@ -153,12 +151,11 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
     and snippet; every other cell where the same implementation shows the same kind in the same check, one line each
     under it (one bug of a JAX check can show in 16 cells; the JSON keeps every cell's case and snippet)."""
     lines: list[str] = []
-    # a distinct bug, as the summary counts them: (implementation, contract, check, kind), and the first bug of it
-    first: dict[tuple[str, str, str, str], Bug] = {}
+    first: dict[tuple[str, str, str, str], Bug] = {}  # each distinct bug's first occurrence
     more: dict[tuple[str, str, str, str], list[tuple[CellResult, Bug]]] = {}
     for cell in results:
         for bug in cell.bugs:
-            key = (cell.subject, cell.contract, cell.check, bug.kind)
+            key = distinct_bug(cell, bug)
             if key in first:
                 more[key].append((cell, bug))
             else:
@@ -168,7 +165,7 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
         for problem in cell.problems:
             lines += ["", *wrap(f"=== FAIL {where}: {for_terminal(problem)}")]
         for bug in cell.bugs:
-            key = (cell.subject, cell.contract, cell.check, bug.kind)
+            key = distinct_bug(cell, bug)
             if first[key] is not bug:
                 continue
             # the cell's other bugs by kind: each has a block of its own, or a line under an earlier cell's
@@ -184,6 +181,12 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
             lines += _snippet_lines(bug, snippet_folder)
             lines += _elsewhere(bug.kind, more[key])
     return lines
+
+
+def distinct_bug(cell: CellResult, bug: Bug) -> tuple[str, str, str, str]:
+    """A distinct bug, as the HTML report counts them (fuzz/report/html.py, `bug_groups`): one kind of failure of one
+    implementation, contract and check, in every cell (dtype, device) it shows in."""
+    return cell.subject, cell.contract, cell.check, bug.kind
 
 
 def _elsewhere(kind: str, found: Sequence[tuple[CellResult, Bug]]) -> list[str]:
