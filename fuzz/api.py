@@ -26,7 +26,7 @@ from fuzz.engines.registry import RANKS_ENGINES, rank_call
 from fuzz.loader import CallShapeError, check_call_shape, load_target
 from fuzz.report.binding import display_name, snippet_binding
 from fuzz.report.matrix import render_matrix
-from fuzz.report.results import CellResult, case_title
+from fuzz.report.results import CellResult, bug_key, case_title
 from fuzz.report.terminal import bugs, joined, summary
 from fuzz.report.texts import for_terminal
 from fuzz.run.calls import DEFAULT_TIMEOUT, ThreadWatcher
@@ -62,7 +62,7 @@ class Failure:
     implementation: str
     device: str
     dtype: str
-    check: str  # "forward" or "gradients"
+    check: str  # "forward", "gradients", or an engine's row ("shard_map ranks R2xG1 gradients")
     minimal_case: dict[str, object]
     snippet: str | None
 
@@ -101,16 +101,16 @@ class Report:
 
     def raise_for_failures(self) -> None:
         """Raise AssertionError unless everything conforms: each failure with its shrunk case, and a snippet for
-        the first failure of each distinct bug, one kind of failure of one implementation in one check, as the
-        terminal counts them (the same bug in four dtypes would otherwise fill a CI log with four snippets;
-        `failures` keeps every one)."""
+        the first failure of each distinct bug (fuzz/report/results.py, `bug_key`), as the terminal counts them
+        (the same bug in four dtypes would otherwise fill a CI log with four snippets; `failures` keeps every
+        one)."""
         if self.ok:
             return
         failures = self.failures
-        shown: set[tuple[str, str, str]] = set()
+        shown: set[tuple[str, str, str, str]] = set()
         texts = []
         for failure in failures:
-            bug = (failure.implementation, failure.check, failure.kind)
+            bug = bug_key(failure.implementation, "", failure.check, failure.kind)  # a report's cells share a contract
             first = bug not in shown
             shown.add(bug)
             texts.append(failure.text(snippet=first) + ("" if first or not failure.snippet else

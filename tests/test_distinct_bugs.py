@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from fuzz.cli import check_parser, run_check
+from fuzz.engines.registry import MODULES, engine_named
 from fuzz.judge.gradients import GRADIENT_OVERFLOW, check_gradients
 from fuzz.judge.subject import Subject
+from fuzz.report.results import bug_key, engine_of, split_and_pass
 from reference.case import Case
 from reference.contracts import get_contract
 from reference.dtypes import round_to
@@ -335,3 +337,17 @@ def test_an_exception_of_a_micro_batchs_function_is_named_by_its_pass_too():
     report = fuzz.check(_chunk_raises_in_forward, framework="torch", reduction="token-mean", accumulation=True,
                         dtypes=["float32"], max_examples=2)
     assert {kind for cell in report.cells for kind in (bug.kind for bug in cell.bugs)} == {"raised ValueError"}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_engine_row_names_its_engine_apart_from_its_split_and_pass(name):
+    """A distinct bug is keyed by its engine, not by the split or pass of the cell it shows in: every row an engine
+    names (for every shape it runs, both passes) reads back as the engine's kind, and the split and pass as the rest."""
+    engine = engine_named(name)
+    for shape in engine.shapes("cpu"):
+        for check in ("forward", "gradients"):
+            row = engine.row(shape, check)
+            assert engine_of(row) == engine.kind and split_and_pass(row) != ""
+            assert f"{engine.kind} {split_and_pass(row)}" == row
+            assert bug_key("f", "c", row, "k") == bug_key("f", "c", engine.row(engine.shapes("cpu")[0], "forward"), "k")
+    assert engine_of("forward") == engine_of("gradients") == "" != engine.kind

@@ -24,7 +24,7 @@ import pytest
 import fuzz.report.files
 from fuzz.report.data import report_data
 from fuzz.report.files import write_json
-from fuzz.report.html import embedded_data, heat_colour, render_html, write_html
+from fuzz.report.html import bug_groups, embedded_data, heat_colour, render_html, write_html
 from fuzz.report.results import Bug, CellResult
 from fuzz.report.weights import gradient_weights_svg, main, mode_weights
 from reference.case import Case
@@ -156,6 +156,24 @@ def test_every_bug_is_listed_with_its_case_and_a_copy_button(tmp_path):
     assert "non-finite output" in page and "token_averaged out of tolerance" in page
     assert "&lt;b&gt;x&lt;/b&gt;" in page  # the minimal case's values, escaped
     assert "<dt>version: torch</dt><dd>2.13.0</dd>" in page and "<dt>machine: cores</dt><dd>16</dd>" in page
+
+
+def test_one_bug_of_a_rank_form_is_one_card_over_its_splits_and_passes():
+    """The page groups bugs as the terminal does (fuzz/report/results.py, `bug_key`): one kind of one implementation
+    on one engine is one card, every cell (split, pass, dtype) it shows in listed on it."""
+    def cell(check: str, kind: str) -> dict[str, Any]:
+        return {"implementation": "f", "contract": "accumulation (token-mean)", "device": "cpu", "dtype": "float32",
+                "check": check, "bugs": [{"kind": kind, "failures": [kind]}]}
+
+    cells = [cell(f"shard_map ranks {split}{suffix}", "raised ValueError")
+             for split in ("R1xG2", "R2xG2") for suffix in ("", " gradients")]
+    cells += [cell("shard_map ranks R1xG2 gradients", "d x out of tolerance"), cell("forward", "raised ValueError")]
+    groups = bug_groups(cells)
+    assert [(group.engine, group.kind, len(group.occurrences)) for group in groups] == [
+        ("shard_map ranks", "raised ValueError", 4), ("shard_map ranks", "d x out of tolerance", 1),
+        ("", "raised ValueError", 1)]
+    page = render_html({"command": "check", "cells": cells, "ok": False})
+    assert "Bugs (3 distinct)" in page and "cpu · shard_map ranks R2xG2 gradients · float32" in page
 
 
 def test_the_embedded_json_round_trips_to_the_input(tmp_path):

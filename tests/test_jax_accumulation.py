@@ -59,6 +59,26 @@ def test_a_jax_rank_that_fails_fails_its_cell_with_a_clear_message(tmp_path, mon
     assert time.perf_counter() - started < 180  # the worker starts in seconds; one failure, not one per shrink
 
 
+def test_a_bare_jitted_rank_form_is_told_which_keywords_to_mark_static(tmp_path, monkeypatch):
+    """`@jax.jit` alone traces `axis_name` (a str) as an array, and JAX refuses it: the failure says what to write."""
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "60")
+    path = tmp_path / "jitted_rank_form.py"
+    path.write_text(textwrap.dedent("""
+        import jax
+
+        from impls.jax_jit_accumulation import chunk_loss_on_shards
+
+        chunk_loss = jax.jit(chunk_loss_on_shards)
+        """))
+    cell = rank_cell(f"{path}:chunk_loss", "jax", "jax-accumulation")
+    assert [bug.kind for bug in cell.bugs] == ["raised TypeError"]
+    assert "static_argnames=('axis_name', 'accumulation_steps')" in cell.bugs[0].failures[0]
+    static = tmp_path / "static_rank_form.py"  # another module: the mesh worker keeps the first one imported
+    static.write_text(path.read_text().replace("jax.jit(chunk_loss_on_shards)", "jax.jit(chunk_loss_on_shards, "
+                                               "static_argnames=('axis_name', 'accumulation_steps'))"))
+    assert rank_cell(f"{static}:chunk_loss", "jax", "jax-accumulation").ok
+
+
 def _gradient_cell_kinds(target: str) -> set[str]:
     """The bug kinds of the R = 2, G = 1 float32 gradient cell of a token-mean rank form under jax.shard_map."""
     contract, parameters = declared_contract("token-mean", accumulation=True)

@@ -66,6 +66,24 @@ def test_a_bug_in_every_dtype_raises_with_its_snippet_once():
     assert message.count("(a kind shown above with its snippet)") == len(report.failures) - len(kinds)
 
 
+def refuses_an_empty_mask(token_losses, token_mask):
+    if not token_mask.any():
+        raise ValueError("no token selected")
+    return torch.where(token_mask, token_losses, 0).sum() / token_mask.sum()
+
+
+def test_an_exception_of_the_forward_pass_is_one_bug_in_the_forward_and_gradient_checks():
+    """The gradient check runs the forward too, and names what it raised as the forward check does: one bug, one
+    snippet in a CI log."""
+    report = check(refuses_an_empty_mask, framework="torch", reduction="token-mean", dtypes=["float32"],
+                   max_examples=5, seed=0)
+    assert [(failure.check, failure.kind) for failure in report.failures] == [
+        ("forward", "raised ValueError"), ("gradients", "raised ValueError")]
+    with pytest.raises(AssertionError, match=r"^2 failure\(s\), 1 distinct bug\(s\)") as raised:
+        report.raise_for_failures()
+    assert str(raised.value).count("reproduce with this snippet") == 1
+
+
 def sleeps(token_log_probs, advantages, token_mask):
     time.sleep(30)
 

@@ -102,7 +102,8 @@ def test_a_kind_shown_again_is_one_line_under_its_first_cell_without_its_kind():
     assert text.count("the same kind in 3 more cells") == 2
     block = text[text.index("=== FAIL f |"):text.index("=== FAIL g |")]
     assert [line for line in block.splitlines() if line.startswith("  - cpu")] == [
-        "  - cpu float64: boom in float64", "  - cpu:1 float32: boom in float32", "  - cpu:1 float64: boom in float64"]
+        "  - cpu float64 forward: boom in float64", "  - cpu:1 float32 forward: boom in float32",
+        "  - cpu:1 float64 forward: boom in float64"]
     assert "raised TypeError: raised TypeError" not in text and not _too_wide(text)
 
 
@@ -116,7 +117,41 @@ def test_a_cell_with_several_bugs_names_its_others_wherever_they_are_shown():
     lines = bugs(cells)
     text = " ".join(" ".join(lines).split())  # the title is wrapped at 100 columns
     assert "float32 | forward: non-finite output (this cell also: loss out of tolerance) ===" in text
-    assert "  - cpu float32: loss = 2.0" in lines and "of 2 in this cell" not in text
+    assert "  - cpu float32 forward: loss = 2.0" in lines and "of 2 in this cell" not in text
+
+
+def _failing(subject: str, check: str, kind: str) -> CellResult:
+    case = Case(np.zeros((1, 1)), np.zeros(1), np.ones((1, 1), bool), dtype="float32")
+    cell = CellResult(subject, "cpu", "float32", check, bugs=[Bug(kind, [f"{kind}: in {check}"], case, "assert 0\n")])
+    cell.contract = "accumulation (token-mean)"
+    return cell
+
+
+def test_one_bug_of_a_rank_form_is_one_block_over_its_splits_and_passes():
+    """A rank form's cells are one per R x G split and pass: the same kind in all of them is one bug, shown once
+    with a line per other cell naming its split; the same kind in process, or on another engine, is another bug."""
+    raised = "raised TracerBoolConversionError"
+    cells = [_failing("f", f"shard_map ranks {split}{suffix}", raised)
+             for suffix in ("", " gradients") for split in ("R1xG2", "R2xG1", "R2xG2")]
+    cells += [_failing("f", "micro-batches R1xG2", raised), _failing("f", "forward", raised),
+              _failing("f", "gradients", raised)]
+    text = "\n".join(bugs(cells))
+    assert text.count("=== FAIL") == 3 and text.count("assert 0") == 3
+    assert any("9 of 9 cells fail: 3 distinct bugs." in line for line in summary(cells))
+    start = text.index("=== FAIL f")
+    block = text[start:text.index("=== FAIL", start + 1)]
+    assert "shard_map ranks R1xG2: raised TracerBoolConversionError ===" in " ".join(block.split())
+    assert [line for line in block.splitlines() if line.startswith("  - cpu")] == [
+        f"  - cpu float32 {split}: in shard_map ranks {split}" for split in ("R2xG1", "R2xG2")] + [
+        f"  - cpu float32 {split} gradients: in shard_map ranks {split} gradients"
+        for split in ("R1xG2", "R2xG1", "R2xG2")]
+    assert "  - cpu float32 gradients: in gradients" in text.splitlines()  # in process: forward and gradients
+
+
+def test_a_value_bug_of_the_loss_and_of_its_gradient_are_two_bugs():
+    """A gradient check judges the gradients by kinds of their own: a wrong loss and a wrong gradient are two."""
+    cells = [_failing("f", "forward", "loss out of tolerance"), _failing("f", "gradients", "d x out of tolerance")]
+    assert any("2 of 2 cells fail: 2 distinct bugs." in line for line in summary(cells))
 
 
 def test_the_progress_lines_of_one_target_keep_one_label_in_every_dtype():

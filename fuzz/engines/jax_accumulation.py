@@ -59,6 +59,17 @@ from reference.case import Case
 
 AXIS = "data"  # the mesh worker's data axis: the data-parallel ranks
 RANK_KEYWORDS = ("step_masks", "axis_name", "accumulation_steps")  # what each call takes besides its inputs
+STATIC_KEYWORDS = ("axis_name", "accumulation_steps")  # Python values (a str, an int), never arrays
+
+
+def static_hint(fn: Any, failure: Failure) -> str:
+    """What to do where a rank form wrapped in `jax.jit` refused a Python keyword as an array (a bare `@jax.jit`
+    traces every argument): the hint, or "" where that is not what failed."""
+    jitted = hasattr(fn, "lower") and hasattr(fn, "__wrapped__")  # jax.jit's wrapper, whatever its class
+    if not (jitted and failure.kind == "raised TypeError" and any(k in failure.message for k in STATIC_KEYWORDS)):
+        return ""
+    return (f"\nThe function is jitted, and {' and '.join(STATIC_KEYWORDS)} are a str and an int: mark them static "
+            f"(jax.jit(fn, static_argnames={STATIC_KEYWORDS!r})), or leave fn unjitted: the step is compiled whole")
 
 
 @dataclass(frozen=True)
@@ -296,7 +307,7 @@ def run_step(job: dict[str, Any], runner: Any) -> dict[str, Any]:
         result, verdict, problems = run(backward)
         if backward and not verdict.ok:  # one process: the forward can run alone on the same devices
             verdict = named_by_forward_alone(verdict, fn, lambda: run(False)[1])
-        failures = [Failure(f.kind, f"{where}{f.message}") for f in verdict.failures]
+        failures = [Failure(f.kind, f"{where}{f.message}{static_hint(fn, f)}") for f in verdict.failures]
         if not verdict.ok:
             return {"failures": failures, "traceback": verdict.traceback}
         failures += [Failure(STRUCTURE, f"{where}each chunk's {problem}") for problem in dict.fromkeys(problems)]

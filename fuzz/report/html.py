@@ -24,7 +24,7 @@ from html import escape
 from typing import Any
 
 from fuzz.report.files import write_atomically
-from fuzz.report.results import case_title
+from fuzz.report.results import bug_key, case_title
 from fuzz.report.weights import (
     PALETTE,
     Box,
@@ -177,14 +177,15 @@ def _other_meta(data: dict[str, Any], shown: set[str]) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class BugGroup:
-    """One distinct bug: the same kind of failure of the same subject, contract and check, in every cell
-    (dtype, device) it showed in; each occurrence keeps its own minimal case and snippet."""
+    """One distinct bug (fuzz/report/results.py, `bug_key`): the same kind of failure of the same subject and
+    contract on the same engine, in every cell (device, dtype, check, split) it showed in; each occurrence keeps its
+    own minimal case and snippet."""
 
     number: int
     kind: str
     implementation: str
     contract: str
-    check: str
+    engine: str  # "" in process
     occurrences: tuple[tuple[int, int], ...]  # (cell index, bug index in that cell)
 
 
@@ -192,10 +193,11 @@ def bug_groups(cells: Sequence[dict[str, Any]]) -> list[BugGroup]:
     found: dict[tuple[str, str, str, str], list[tuple[int, int]]] = {}
     for index, cell in enumerate(cells):
         for number, bug in enumerate(cell.get("bugs") or []):
-            key = (str(cell.get("implementation")), str(cell.get("contract")), str(cell.get("check")), bug["kind"])
+            key = bug_key(str(cell.get("implementation")), str(cell.get("contract")), str(cell.get("check")),
+                          bug["kind"])
             found.setdefault(key, []).append((index, number))
-    return [BugGroup(n, kind, impl, contract, check, tuple(where))
-            for n, ((impl, contract, check, kind), where) in enumerate(found.items(), 1)]
+    return [BugGroup(n, kind, impl, contract, engine, tuple(where))
+            for n, ((impl, contract, engine, kind), where) in enumerate(found.items(), 1)]
 
 
 def cell_problems(cell: dict[str, Any]) -> list[str]:
@@ -390,7 +392,7 @@ def _occurrence(cells: Sequence[dict[str, Any]], index: int, number: int) -> str
 
 
 def _where(cell: dict[str, Any]) -> str:
-    return f"{cell.get('device')} · {cell.get('dtype')}"
+    return f"{cell.get('device')} · {cell.get('check')} · {cell.get('dtype')}"  # as the matrix names a cell
 
 
 def _bug_card(cells: Sequence[dict[str, Any]], group: BugGroup) -> str:
@@ -401,7 +403,7 @@ def _bug_card(cells: Sequence[dict[str, Any]], group: BugGroup) -> str:
                      f"snippet</summary>{_occurrence(cells, i, n)}</details>" for i, n in others)
     return (f'<article class="bug" id="bug-group-{group.number}"><header><span class="badge">bug {group.number}'
             f'</span><h3>{escape(group.kind)}</h3></header><p class="where"><b>{escape(group.implementation)}</b> · '
-            f"{escape(group.contract)} · {escape(group.check)} — in {seen}</p>"
+            f"{escape(group.contract)}{escape(f' · {group.engine}' if group.engine else '')} — in {seen}</p>"
             f"<p class='muted'>the minimal case and snippet from {escape(_where(cells[first]))}"
             f"{'; each other cell’s under it' if others else ''}</p>{_occurrence(cells, first, number)}{folded}"
             "</article>")
@@ -419,8 +421,8 @@ def _bugs(cells: Sequence[dict[str, Any]], groups: Sequence[BugGroup]) -> list[s
         return []
     return _section("bugs", f"Bugs ({len(groups)} distinct)", [
         *_problems(cells), *(_bug_card(cells, group) for group in groups)],
-        "Each distinct bug (a kind of failure of one implementation and check), shrunk on its own: run its snippet "
-        "to reproduce it.")
+        "Each distinct bug (a kind of failure of one implementation, in every cell it shows in), shrunk on its own: "
+        "run its snippet to reproduce it.")
 
 
 def _fuzz_body(data: dict[str, Any]) -> list[str]:

@@ -1,7 +1,9 @@
-"""A cell's result: one (subject, device, check, dtype) under Hypothesis, with every distinct bug it found."""
+"""A cell's result: one (subject, device, check, dtype) under Hypothesis, with every distinct bug it found; and
+what one distinct bug is, across cells, for every report (`bug_key`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +12,33 @@ from reference.case import Case
 from reference.tolerance import CONTRACT
 
 FIXED_CASE = "fixed case"  # the story's label naming a fixed case (fuzz.judge.anchors): checked as it is, not shrunk
+
+
+# A split in a row's name: a mesh (data x sequence, "2x2") or R ranks by G micro-batches ("R2xG1"), fuzz/engines.
+_SPLIT = re.compile(r"^(?:\d+x\d+|R\d+xG\d+)$")
+_PASSES = ("forward", "gradients")
+
+
+def engine_of(check: str) -> str:
+    """The engine a cell's check ran on, its row's name without the split and the pass: "" in process
+    ("forward", "gradients"), else the engine's kind ("sharded 2x2 gradients" -> "sharded", "shard_map ranks
+    R2xG1" -> "shard_map ranks")."""
+    return " ".join(word for word in check.split() if word not in _PASSES and not _SPLIT.match(word))
+
+
+def split_and_pass(check: str) -> str:
+    """What tells a cell's check apart from the others on its engine: "forward", "gradients", "2x2", "R2xG1
+    gradients"."""
+    return " ".join(word for word in check.split() if word in _PASSES or _SPLIT.match(word))
+
+
+def bug_key(implementation: str, contract: str, check: str, kind: str) -> tuple[str, str, str, str]:
+    """One distinct bug, as every report counts and groups them: one kind of failure of one implementation under
+    one bound contract on one engine (or in process), wherever it shows: every device and dtype, every split of
+    the engine, the forward and the gradient check alike. A gradient check names what its forward raised as the
+    forward check does (fuzz/judge/verdict.py, `named_by_forward_alone`) and its own failures by kinds of their
+    own (`d <input> out of tolerance`, `backward raised ...`), so one kind in both checks is one bug."""
+    return implementation, contract, engine_of(check), kind
 
 
 def case_title(labels: Iterable[str]) -> str:

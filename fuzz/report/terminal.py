@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from fuzz.report.results import Bug, CellResult, case_title
+from fuzz.report.results import Bug, CellResult, bug_key, case_title, split_and_pass
 from fuzz.report.texts import for_terminal, is_compile_failure, shorten
 from reference.dtypes import DTYPE_NAMES
 
@@ -147,9 +147,9 @@ def _traceback(bug: Bug) -> list[str]:
 
 
 def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> list[str]:
-    """Every distinct bug of every failing cell: the first cell it shows in with its minimal case, its traceback
-    and snippet; every other cell where the same implementation shows the same kind in the same check, one line each
-    under it (one bug of a JAX check can show in 16 cells; the JSON keeps every cell's case and snippet)."""
+    """Every distinct bug (`bug_key`) of every failing cell: the first cell it shows in with its minimal case, its
+    traceback and snippet; every other cell where it shows, its first failure under it (one bug of a JAX check can
+    show in 16 cells, one of a rank form in every R x G split; the JSON keeps every cell's case and snippet)."""
     lines: list[str] = []
     first: dict[tuple[str, str, str, str], Bug] = {}  # each distinct bug's first occurrence
     more: dict[tuple[str, str, str, str], list[tuple[CellResult, Bug]]] = {}
@@ -184,13 +184,12 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
 
 
 def distinct_bug(cell: CellResult, bug: Bug) -> tuple[str, str, str, str]:
-    """A distinct bug, as the HTML report counts them (fuzz/report/html.py, `bug_groups`): one kind of failure of one
-    implementation, contract and check, in every cell (dtype, device) it shows in."""
-    return cell.subject, cell.contract, cell.check, bug.kind
+    """A cell's bug as one distinct bug (fuzz/report/results.py, `bug_key`)."""
+    return bug_key(cell.subject, cell.contract, cell.check, bug.kind)
 
 
 def _elsewhere(kind: str, found: Sequence[tuple[CellResult, Bug]]) -> list[str]:
-    """The other cells where a kind of bug shows: one line each, its first failure's first line."""
+    """The other cells where a bug shows: one item each, its first failure's first line."""
     if not found:
         return []
     lines = ["", *wrap(f"  the same kind in {len(found)} more cell{'s' * (len(found) != 1)} (each one's minimal case "
@@ -198,7 +197,9 @@ def _elsewhere(kind: str, found: Sequence[tuple[CellResult, Bug]]) -> list[str]:
     for cell, bug in found:
         # a message that starts with its kind ("raised TypeError: ...") is shown without it
         message = for_terminal(bug.failures[0]).split("\n", 1)[0].removeprefix(f"{kind}: ") if bug.failures else ""
-        lines.append(fit(f"  - {cell.device} {cell.dtype}: {message}".rstrip()))
+        # the engine is the block's own: its split and pass tell the cell apart ("R2xG1 gradients"); the message is
+        # whole, as a rank form's explanation of its factor differs from split to split
+        lines += wrap(f"- {cell.device} {cell.dtype} {split_and_pass(cell.check)}: {message}".rstrip(), indent="  ")
     return lines
 
 
