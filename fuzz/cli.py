@@ -437,10 +437,6 @@ def run_check(args: argparse.Namespace, started: Workers | None = None) -> list[
                      started=started)
 
 
-# How a rank form's ranks run, in words, for the report's heading.
-RANK_FORMS = {"torch": "torch.distributed ranks under DDP", "jax": "jax.shard_map ranks"}
-
-
 def option_spelling(name: str) -> str:
     """A declared parameter's option: l_max -> --l-max."""
     return "--" + name.replace("_", "-")
@@ -489,7 +485,7 @@ def check(args: argparse.Namespace) -> int:
         workers.close()
     elapsed = time.perf_counter() - started
     how = (f"sharded over {args.sharded} meshes" if args.sharded else
-           f"{args.framework}, on {RANK_FORMS[args.framework]}" if args.ranks else
+           f"{args.framework}, on {engine_named(engine).runs_on}" if args.ranks and engine else
            f"{args.framework}, over micro-batches" if args.accumulation else args.framework)
     contract = check_spec(args, args.framework or "").bound_contract
     assumed = "; masked values assumed finite" if args.masked_values == "finite" else ""

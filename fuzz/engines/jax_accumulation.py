@@ -114,6 +114,7 @@ class JaxAccumulation(Accumulation):
     name = "jax-accumulation"
     framework = "jax"
     kind = "shard_map ranks"
+    runs_on = "jax.shard_map ranks"
     padded = True
     in_process = False
     worker_setup = JAX_MESH_PROCESS

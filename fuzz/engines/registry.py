@@ -50,6 +50,7 @@ class Engine:
     name = ""
     framework = ""  # the adapter of its arrays ("" for an engine that takes the subject's own framework)
     kind = "sharded"  # the matrix row's word: "sharded", "sharded inputs", "micro-batches"
+    runs_on = ""  # a rank form's engine: how its ranks run, in words, for a check's heading
     padded = False  # shards padded to equal sizes (shard_map needs them)
     replicas_sum_cotangents = False  # each replica of an output receives its cotangent (torch.distributed)
     gradients = True  # the campaign checks gradients on it

@@ -126,6 +126,7 @@ class TorchDDP(Accumulation):
     name = "ddp"
     framework = "torch"
     kind = "DDP ranks"
+    runs_on = "torch.distributed ranks under DDP"
     in_process = False
     campaign_examples = 6
     worker_setup = TORCH_RANK_POOLS
