@@ -1,6 +1,7 @@
 """`check --accumulation --ranks`: a per-chunk loss on real torch.distributed ranks under DDP. A rank that
 raises, dies or hangs fails its cell with a message saying so, within the rank timeout, as the sharded check's
-ranks do; the suite itself never hangs or crashes."""
+ranks do; the suite itself never hangs or crashes. On both rank engines (DDP, jax.shard_map), a rank form edited
+between two checks of one process is judged as it is after the edit."""
 
 from __future__ import annotations
 
@@ -55,3 +56,19 @@ def test_a_rank_that_fails_fails_its_cell_with_a_clear_message(tmp_path, monkeyp
     assert not cell.ok
     assert any(message in failure for failure in cell.failures), cell.failures
     assert time.perf_counter() - started < 90  # ranks start in seconds; one timeout of 10 s, not one per shrink
+
+
+@pytest.mark.parametrize(("framework", "engine", "form"), [
+    ("torch", "ddp", "impls.torch_eager_accumulation import chunk_loss_on_ranks as chunk_loss"),
+    ("jax", "jax-accumulation", "impls.jax_jit_accumulation import chunk_loss_on_shards as chunk_loss"),
+])
+def test_a_rank_form_edited_between_two_checks_is_judged_as_it_is_now(tmp_path, monkeypatch, framework, engine,
+                                                                        form):
+    """Rank processes outlive a check (a pytest session, a notebook): after the file is fixed, the next check in the
+    same process judges the fixed function, not the one the ranks loaded before (a false alarm on correct code)."""
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "60")
+    path = tmp_path / "edited_rank_form.py"
+    path.write_text(f"from {form}\n\n\ndef loss(*args, **keywords):\n    raise ValueError('not written yet')\n")
+    assert [bug.kind for bug in rank_cell(f"{path}:loss", framework, engine).bugs] == ["raised ValueError"]
+    path.write_text(f"from {form}\n\nloss = chunk_loss\n")
+    assert rank_cell(f"{path}:loss", framework, engine).ok

@@ -29,6 +29,7 @@ import multiprocessing.connection
 import os
 import signal
 import socket
+import sys
 import time
 import traceback
 from typing import Any
@@ -73,9 +74,9 @@ def _free_port() -> int:
 
 # ---------------------------------------------------------------------------------------------- rank side
 
-@functools.cache  # once per rank process: a file TARGET is executed once, as in a trainer (failures are not cached)
-def _load(subject: tuple[str, str]) -> Any:
-    kind, name = subject
+@functools.cache  # once per rank process and source version: executed once, as in a trainer (failures are not cached)
+def _load(subject: tuple[str, str, str]) -> Any:
+    kind, name, _ = subject  # a new version of the source is a new key (fuzz/engines/cell.py, `subject_key`)
     if kind == "builtin":
         from impls.registry import get_implementation
 
@@ -83,6 +84,11 @@ def _load(subject: tuple[str, str]) -> Any:
         return get_implementation(builtin, contract)
     from fuzz.loader import load_target
 
+    # `package.module:function` imported here before (or in the process this one forked from) is of an older source:
+    # import it anew (load_target executes a file TARGET anew)
+    module = sys.modules.get(name.rpartition(":")[0])
+    if module is not None:
+        importlib.reload(module)
     return load_target(name).function
 
 
