@@ -16,6 +16,7 @@ from fuzz.engines.plan import DEFAULT_EXAMPLES as SHARDED_EXAMPLES
 from fuzz.engines.plan import plan_sharded_cells
 from fuzz.engines.registry import CHOICES as SHARDED_CHOICES
 from fuzz.engines.registry import RANKS_ENGINES, engine_call, engine_named, rank_call
+from fuzz.engines.torch_ranks import DEFAULT_TIMEOUT_S, TIMEOUT_VARIABLE
 from fuzz.loader import LoadError, check_call_shape, load_target
 from fuzz.report.closed_stdout import tolerate_a_closed_stdout
 from fuzz.report.data import report_data
@@ -124,7 +125,8 @@ def _common_options(parser: argparse.ArgumentParser, examples_help: str, gradien
                         help=f"worker processes, one cell each at a time (default: min(2, cores) = {jobs})")
     parser.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help="time limit of one call of the function, a first compile included; a call that "
-                        f"overruns fails its cell (default {DEFAULT_TIMEOUT:g})")
+                        f"overruns fails its cell (default {DEFAULT_TIMEOUT:g}). On ranks (--ranks, --sharded) an "
+                        f"example's deadline is ${TIMEOUT_VARIABLE} seconds instead (default {DEFAULT_TIMEOUT_S:g})")
 
 
 CAMPAIGN_HELP = ("Fuzz every available built-in implementation of every contract against the float64 reference "

@@ -58,6 +58,19 @@ def test_a_rank_that_fails_fails_its_cell_with_a_clear_message(tmp_path, monkeyp
     assert time.perf_counter() - started < 90  # ranks start in seconds; one timeout of 10 s, not one per shrink
 
 
+def test_a_rank_that_raises_while_the_others_wait_for_it_fails_at_once_as_it_raised(tmp_path, monkeypatch):
+    """Rank 1 raises; rank 0 waits for it in the step's all-reduce, which never completes. The example has failed
+    already: a few seconds later the cell reports rank 1's exception as its bug (the kind a split with one rank
+    shows, so it is one bug over the splits), and that rank 0 waited, without waiting out the rank deadline."""
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "60")
+    started = time.perf_counter()
+    cell = rank_cell(_rank_bug(tmp_path, "raise ValueError('rank 1 is broken')"), "torch", "ddp")
+    assert [bug.kind for bug in cell.bugs] == ["raised ValueError"]
+    assert cell.bugs[0].failures[0].startswith("rank 1: ") and "ValueError: rank 1 is broken" in cell.bugs[0].traceback
+    assert "rank 0 did not answer within 3 s after rank 1 failed" in cell.bugs[0].failures[1]
+    assert time.perf_counter() - started < 45  # not the 60 s deadline
+
+
 @pytest.mark.parametrize(("framework", "engine", "form"), [
     ("torch", "ddp", "impls.torch_eager_accumulation import chunk_loss_on_ranks as chunk_loss"),
     ("jax", "jax-accumulation", "impls.jax_jit_accumulation import chunk_loss_on_shards as chunk_loss"),

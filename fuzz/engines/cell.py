@@ -131,21 +131,27 @@ def _example(task: CellTask, engine: Engine, subject: Subject, state: dict[str, 
         exact_cotangents = engine.exact_cotangents(case, cotangents, split)
         exact = case.contract.vjp(case, exact_cotangents, exact_results(case))
     if state.get("fatal"):  # after the draws: Hypothesis needs every example to draw alike
-        verdict = Verdict()
-        verdict.fail(RANK_FAILED, state["fatal"].failures[0])
-        verdict.case = state["fatal"].case
-        return verdict
+        fatal, failed = state["fatal"]
+        return replace(failed, failures=list(failed.failures), case=fatal.case)
     try:
         verdict = engine.run(subject, case, split, cotangents, exact)
     except RankFailure as error:
-        state["fatal"] = _Failing(case, split, cotangents, [str(error)])
-        verdict = Verdict()
-        verdict.fail(RANK_FAILED, str(error))
+        verdict = rank_failure(error)
+        state["fatal"] = (_Failing(case, split, cotangents, [str(f) for f in verdict.failures]), verdict)
     verdict.cotangents = exact_cotangents
     verdict.case = case
     if not verdict.ok:  # every failing example, by its case: each distinct bug's snippet is rendered from it
         state.setdefault("failing", {})[id(case)] = _Failing(case, split, cotangents,
                                                              [str(failure) for failure in verdict.failures])
+    return verdict
+
+
+def rank_failure(error: RankFailure) -> Verdict:
+    """The failing verdict of an example whose ranks died or hung: a rank's own failure first where the others hung
+    waiting for it (its kind is the bug's, as on a split where no rank waits), then what became of the ranks."""
+    verdict = Verdict(traceback=error.traceback)
+    verdict.failures += error.failures
+    verdict.fail(RANK_FAILED, str(error))
     return verdict
 
 

@@ -32,6 +32,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -43,8 +44,18 @@ from fuzz.run.processes import died_at_start, fork_server_context
 from reference.case import Case
 
 DEFAULT_TIMEOUT_S = 60.0  # per example; a correct example takes milliseconds, a cold start seconds
+# After one rank's call failed (it raised), how long the others may still take: one still silent then waits for it in
+# a collective it never joins, and the example has failed already, so waiting out the whole deadline (once per
+# cell and dtype) would tell nothing more.
+FAILED_RANK_GRACE_S = 3.0
+EXAMPLE = "an example"
 START_TIMEOUT_S = 180.0  # spawning ranks imports torch in each; slow on a loaded 2-core machine
 TIMEOUT_VARIABLE = "LOSSNORM_RANK_TIMEOUT"
+
+
+def _failures(reply: Any) -> list[Any]:
+    """A rank's reply's failures (none for a reply that is not an example's)."""
+    return list(reply.get("failures") or []) if isinstance(reply, dict) else []
 
 
 def rank_timeout() -> float:
@@ -53,7 +64,12 @@ def rank_timeout() -> float:
 
 
 class RankFailure(Exception):
-    """A rank died or hung: the pool is gone, and the message says which rank and how."""
+    """A rank died or hung: the pool is gone, and the message says which rank and how. Where it hung waiting for
+    another rank whose call failed, `failures` and `traceback` are that rank's own (the example's failure)."""
+
+    def __init__(self, message: str, failures: Sequence[Any] = (), traceback: str | None = None) -> None:
+        super().__init__(message)
+        self.failures, self.traceback = list(failures), traceback
 
 
 # What the fork server imports before it forks ranks: torch (a CUDA context is not made by importing it, so the
@@ -225,6 +241,7 @@ class RankPool:
         """Each rank's reply, waiting on the pipes and the processes together so that a death shows at once."""
         deadline = time.monotonic() + timeout
         replies: dict[int, Any] = {}
+        failed: int | None = None  # the first rank whose call failed, during an example
         while len(replies) < self.world:
             waiting = [rank for rank in range(self.world) if rank not in replies]
             ready = multiprocessing.connection.wait(
@@ -234,9 +251,13 @@ class RankPool:
                 if self.connections[rank] in ready:
                     try:
                         replies[rank] = self.connections[rank].recv()
-                        continue
                     except (EOFError, OSError):
                         pass
+                    else:
+                        if doing == EXAMPLE and failed is None and _failures(replies[rank]):
+                            failed = rank
+                            deadline = min(deadline, time.monotonic() + FAILED_RANK_GRACE_S)
+                        continue
                 if self.connections[rank] in ready or self.processes[rank].sentinel in ready:
                     self.processes[rank].join(5)
                     code = self.processes[rank].exitcode
@@ -245,6 +266,8 @@ class RankPool:
                     self._fail(f"{describe(rank) if describe else f'rank {rank}'} died during {doing} "
                                f"(exit code {code}: os._exit, a crash or a kill), after {len(replies)} of "
                                f"{self.world} ranks had answered")
+            if not ready and time.monotonic() >= deadline and failed is not None:
+                self._fail_after(failed, replies[failed], waiting, describe)
             if not ready and time.monotonic() >= deadline:
                 silent = ", ".join(describe(r) if describe else f"rank {r}" for r in waiting)
                 # What the ranks that did answer said: often the cause (one rank raised, the others wait
@@ -257,10 +280,22 @@ class RankPool:
                            f"{self.world} ranks answered" + (f" ({said})" if said else ""))
         return [replies[rank] for rank in range(self.world)]
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, failures: Sequence[Any] = (), traceback: str | None = None) -> None:
         self.broken = message
         self.close()
-        raise RankFailure(message)
+        raise RankFailure(message, failures, traceback)
+
+    def _fail_after(self, failed: int, reply: dict[str, Any], waiting: list[int], describe: Any) -> None:
+        """The example's failure is `failed`'s own; the ranks still `waiting` wait for it in a collective it never
+        joins: the pool is closed (the next example starts a new one)."""
+        from fuzz.judge.verdict import Failure
+
+        name = describe(failed) if describe else f"rank {failed}"
+        silent = ", ".join(describe(r) if describe else f"rank {r}" for r in waiting)
+        message = (f"{silent} did not answer within {FAILED_RANK_GRACE_S:g} s after {name} failed: waiting for it in "
+                   "a collective it never joined (the ranks were restarted)")
+        self._fail(message, [Failure(f.kind, f"{name}: {f.message}") for f in _failures(reply)],
+                   reply.get("traceback"))
 
     def run(self, jobs: list[dict[str, Any]], describe: Any, timeout: float | None = None) -> list[dict[str, Any]]:
         """Send jobs[rank] to every rank; their replies, or RankFailure (the pool is then closed)."""
@@ -271,8 +306,8 @@ class RankPool:
             try:
                 self.connections[rank].send(("run", job))
             except (BrokenPipeError, OSError):
-                self._gather(timeout, "an example", describe)  # reports the dead rank
-        replies = self._gather(timeout, "an example", describe)
+                self._gather(timeout, EXAMPLE, describe)  # reports the dead rank
+        replies = self._gather(timeout, EXAMPLE, describe)
         internal = [reply["internal"] for reply in replies if "internal" in reply]
         if internal:
             self.close()
