@@ -27,7 +27,7 @@ from fuzz.loader import CallShapeError, check_call_shape, load_target
 from fuzz.report.binding import display_name, snippet_binding
 from fuzz.report.matrix import render_matrix
 from fuzz.report.results import CellResult, bug_key, case_title
-from fuzz.report.terminal import bugs, joined, summary
+from fuzz.report.terminal import bugs, joined, other_cells, summary, wrap
 from fuzz.report.texts import for_terminal
 from fuzz.run.calls import DEFAULT_TIMEOUT, ThreadWatcher
 from fuzz.run.cell import fuzz_task
@@ -100,22 +100,27 @@ class Report:
         return found
 
     def raise_for_failures(self) -> None:
-        """Raise AssertionError unless everything conforms: each failure with its shrunk case, and a snippet for
-        the first failure of each distinct bug (fuzz/report/results.py, `bug_key`), as the terminal counts them
-        (the same bug in four dtypes would otherwise fill a CI log with four snippets; `failures` keeps every
-        one)."""
+        """Raise AssertionError unless everything conforms: each distinct bug (fuzz/report/results.py, `bug_key`)
+        as the terminal shows it, within 100 columns: its first failure with its shrunk case and snippet, then an item
+        for the other cells where it shows (the same bug in four dtypes and five splits would otherwise fill a CI log
+        with twenty cases; `failures` keeps every one, each with its case and snippet)."""
         if self.ok:
             return
         failures = self.failures
-        shown: set[tuple[str, str, str, str]] = set()
+        found: dict[tuple[str, str, str, str], list[Failure]] = {}
+        for failure in failures:  # a report's cells share one contract
+            found.setdefault(bug_key(failure.implementation, "", failure.check, failure.kind), []).append(failure)
         texts = []
-        for failure in failures:
-            bug = bug_key(failure.implementation, "", failure.check, failure.kind)  # a report's cells share a contract
-            first = bug not in shown
-            shown.add(bug)
-            texts.append(failure.text(snippet=first) + ("" if first or not failure.snippet else
-                                                        "\n(a kind shown above with its snippet)"))
-        raise AssertionError(f"{len(failures)} failure(s), {len(shown)} distinct bug(s):\n\n" + "\n\n".join(texts))
+        for first, *others in found.values():
+            lines = wrap(first.text(snippet=False))
+            if first.snippet:
+                lines += ["reproduce with this snippet:", "", first.snippet.rstrip("\n")]
+            if others:
+                lines += ["", f"the same kind in {len(others)} more cell{'s' * (len(others) != 1)} (each one's case "
+                              "and snippet: Report.failures):",
+                          *other_cells(first.kind, [(f.device, f.dtype, f.check, f.message) for f in others])]
+            texts.append(joined(lines))
+        raise AssertionError(f"{len(failures)} failure(s), {len(found)} distinct bug(s):\n\n" + "\n\n".join(texts))
 
     def __str__(self) -> str:
         """The terminal's view: one line per implementation and contract, then every bug with its snippet."""

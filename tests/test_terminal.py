@@ -101,9 +101,8 @@ def test_a_kind_shown_again_is_one_line_under_its_first_cell_without_its_kind():
     assert text.count("=== FAIL") == 2 and text.count("reproduce with this snippet") == 2
     assert text.count("the same kind in 3 more cells") == 2
     block = text[text.index("=== FAIL f |"):text.index("=== FAIL g |")]
-    assert [line for line in block.splitlines() if line.startswith("  - cpu")] == [
-        "  - cpu float64 forward: boom in float64", "  - cpu:1 float32 forward: boom in float32",
-        "  - cpu:1 float64 forward: boom in float64"]
+    # one item for the three cells, whose messages differ only in a number
+    assert _items(block) == ["  - forward in cpu float64, cpu:1 float32, cpu:1 float64: boom in float64"]
     assert "raised TypeError: raised TypeError" not in text and not _too_wide(text)
 
 
@@ -117,7 +116,22 @@ def test_a_cell_with_several_bugs_names_its_others_wherever_they_are_shown():
     lines = bugs(cells)
     text = " ".join(" ".join(lines).split())  # the title is wrapped at 100 columns
     assert "float32 | forward: non-finite output (this cell also: loss out of tolerance) ===" in text
-    assert "  - cpu float32 forward: loss = 2.0" in lines and "of 2 in this cell" not in text
+    assert "  - forward in cpu float32: loss = 2.0" in lines and "of 2 in this cell" not in text
+
+
+def _items(text: str) -> list[str]:
+    """The items under a block's "the same kind in N more cells", each with its wrapped lines joined."""
+    items: list[str] = []
+    listed = False
+    for line in text.splitlines():
+        listed = listed or line.startswith("  the same kind in ")
+        if listed and line.startswith("  - "):
+            items.append(line)
+        elif listed and line.startswith("      ") and items:
+            items[-1] += " " + line.strip()
+        elif line.startswith("==="):
+            listed = False
+    return items
 
 
 def _failing(subject: str, check: str, kind: str) -> CellResult:
@@ -141,11 +155,29 @@ def test_one_bug_of_a_rank_form_is_one_block_over_its_splits_and_passes():
     start = text.index("=== FAIL f")
     block = text[start:text.index("=== FAIL", start + 1)]
     assert "shard_map ranks R1xG2: raised TracerBoolConversionError ===" in " ".join(block.split())
-    assert [line for line in block.splitlines() if line.startswith("  - cpu")] == [
-        f"  - cpu float32 {split}: in shard_map ranks {split}" for split in ("R2xG1", "R2xG2")] + [
-        f"  - cpu float32 {split} gradients: in shard_map ranks {split} gradients"
+    assert _items(block) == [
+        f"  - {split} in cpu float32: in shard_map ranks {split}" for split in ("R2xG1", "R2xG2")] + [
+        f"  - {split} gradients in cpu float32: in shard_map ranks {split} gradients"
         for split in ("R1xG2", "R2xG1", "R2xG2")]
-    assert "  - cpu float32 gradients: in gradients" in text.splitlines()  # in process: forward and gradients
+    assert "  - gradients in cpu float32: in gradients" in text.splitlines()  # in process: forward and gradients
+
+
+def test_the_other_cells_of_a_bug_are_one_item_per_split_and_wording():
+    """Twenty cells of one rank-form bug (four dtypes, five splits) read as five items: the cells of one split whose
+    failures differ only in their numbers share one, which names them all; another wording is another item."""
+    kind = "loss out of tolerance"
+    cells = []
+    for split in ("R1xG2", "R2xG1", "R2xG2", "R1xG4", "R4xG1"):
+        for n, dtype in enumerate(("float16", "bfloat16", "float32", "float64")):
+            cell = _failing("f", f"DDP ranks {split}", kind)
+            cell.dtype, cell.bugs[0].failures = dtype, [f"{kind}: loss = {n}.5, expected 0.{n} (err/tol = 1e+0{n}): "
+                                                        f"the combined loss is 2x with {split}"]
+            cells.append(cell)
+    cells[-1].bugs[0].failures = [f"{kind}: loss = nan, expected 0.5"]
+    items = _items("\n".join(bugs(cells)))
+    assert items[0] == ("  - R1xG2 in cpu bfloat16, cpu float32, cpu float64: loss = 1.5, expected 0.1 (err/tol = "
+                        "1e+01): the combined loss is 2x with R1xG2")
+    assert len(items) == 6 and items[-1] == "  - R4xG1 in cpu float64: loss = nan, expected 0.5"
 
 
 def test_a_value_bug_of_the_loss_and_of_its_gradient_are_two_bugs():

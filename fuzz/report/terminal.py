@@ -8,6 +8,7 @@ literals, or lines wider than the terminal) is written to a file, and its path p
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import textwrap
 from collections.abc import Iterable, Sequence
@@ -189,17 +190,33 @@ def distinct_bug(cell: CellResult, bug: Bug) -> tuple[str, str, str, str]:
 
 
 def _elsewhere(kind: str, found: Sequence[tuple[CellResult, Bug]]) -> list[str]:
-    """The other cells where a bug shows: one item each, its first failure's first line."""
+    """The other cells where a bug shows, under its block."""
     if not found:
         return []
-    lines = ["", *wrap(f"  the same kind in {len(found)} more cell{'s' * (len(found) != 1)} (each one's minimal case "
-                       "and snippet: --json, or the API's Report.failures):")]
-    for cell, bug in found:
+    return ["", *wrap(f"  the same kind in {len(found)} more cell{'s' * (len(found) != 1)} (each one's minimal case "
+                      "and snippet: --json, or the API's Report.failures):"),
+            *other_cells(kind, [(cell.device, cell.dtype, cell.check, bug.failures[0] if bug.failures else "")
+                                for cell, bug in found])]
+
+
+# Numbers in a failure's first line (values, tolerances, a chunk's rows): what differs from cell to cell of one bug.
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|\bnan\b|\binf\b")
+
+
+def other_cells(kind: str, cells: Sequence[tuple[str, str, str, str]]) -> list[str]:
+    """(device, dtype, check, first failure) of the other cells of one bug: an item for each split and pass and
+    each wording of the failure, its numbers aside, naming its cells and the first one's failure line whole (the
+    engine is the block's own, and a rank form's explanation of its factor differs from split to split), so one
+    bug in four dtypes and five splits is five items, not twenty."""
+    groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    for device, dtype, check, failure in cells:
         # a message that starts with its kind ("raised TypeError: ...") is shown without it
-        message = for_terminal(bug.failures[0]).split("\n", 1)[0].removeprefix(f"{kind}: ") if bug.failures else ""
-        # the engine is the block's own: its split and pass tell the cell apart ("R2xG1 gradients"); the message is
-        # whole, as a rank form's explanation of its factor differs from split to split
-        lines += wrap(f"- {cell.device} {cell.dtype} {split_and_pass(cell.check)}: {message}".rstrip(), indent="  ")
+        message = for_terminal(failure).split("\n", 1)[0].removeprefix(f"{kind}: ")
+        groups.setdefault((split_and_pass(check), _NUMBER.sub("#", message)), []).append((device, dtype, message))
+    lines = []
+    for (split, _), members in groups.items():
+        where = ", ".join(f"{device} {dtype}" for device, dtype, _ in members)
+        lines += wrap(f"- {split} in {where}: {members[0][2]}".rstrip(), indent="  ")
     return lines
 
 
