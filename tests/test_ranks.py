@@ -5,8 +5,12 @@ between two checks of one process is judged as it is after the edit."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +18,8 @@ from fuzz.engines.cell import run_sharded_cell
 from fuzz.engines.plan import plan_sharded_cells
 from fuzz.engines.torch_ranks import TIMEOUT_VARIABLE
 from fuzz.run.subjects import SubjectSpec, declared_contract
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _rank_bug(tmp_path, body: str) -> str:
@@ -85,3 +91,27 @@ def test_a_rank_form_edited_between_two_checks_is_judged_as_it_is_now(tmp_path, 
     assert [bug.kind for bug in rank_cell(f"{path}:loss", framework, engine).bugs] == ["raised ValueError"]
     path.write_text(f"from {form}\n\nloss = chunk_loss\n")
     assert rank_cell(f"{path}:loss", framework, engine).ok
+
+
+@pytest.mark.parametrize(("framework", "engine", "name", "form"), [
+    ("torch", "ddp", "loss", "impls.torch_eager_accumulation import chunk_loss_on_ranks as form"),
+    ("jax", "jax-accumulation", "call", "impls.jax_jit_accumulation import chunk_loss_on_shards as form"),
+])
+def test_a_rank_forms_snippets_reproduce_its_bug_whatever_it_is_named(tmp_path, monkeypatch, framework, engine, name,
+                                                                      form):
+    """The forward and gradient snippets of a rank form named as a snippet might name its own variables (`loss`,
+    `call`) run on their own, fail on the bug (AssertionError) and fit 100 columns."""
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "60")
+    path = tmp_path / "doubled_rank_form.py"
+    path.write_text(f"from {form}\n\n\ndef {name}(*args, **keywords):\n    return 2 * form(*args, **keywords)\n")
+    contract, parameters = declared_contract("token-mean", accumulation=True)
+    spec = SubjectSpec.of(f"{path}:{name}", framework, contract=contract, parameters=parameters)
+    tasks = plan_sharded_cells(spec, engine, ["float32"], ["cpu"], 5, 0, True, 1)
+    for check in ("forward", "gradients"):
+        cell = run_sharded_cell(next(task for task in tasks if task.mesh == (2, 1) and task.check == check))
+        assert not cell.ok and cell.snippet and max(map(len, cell.snippet.splitlines())) <= 100, cell.snippet
+        script = tmp_path / f"snippet_{check}.py"
+        script.write_text(cell.snippet)
+        replay = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                                cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert replay.returncode != 0 and "AssertionError" in replay.stderr, replay.stderr[-3000:]

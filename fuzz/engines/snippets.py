@@ -12,14 +12,14 @@ import numpy as np
 
 from fuzz.engines.judge import summed_over_replicas
 from fuzz.engines.split import Padded, Split, pad_cotangents, pad_for_shard_map
-from fuzz.report.snippet import bool_literal, failure_comments, literal
+from fuzz.report.snippet import bool_literal, comment_lines, failure_comments, literal, plural
 from reference.case import Case
 from reference.exact import exact_results, exact_tolerance
 
 
 def _header(subject: Any, case: Case, failures: list[str], how: str) -> list[str]:
     lines = [
-        f"# Counterexample found by `python -m fuzz check --sharded`: {how}.",
+        *comment_lines(f"Counterexample found by `python -m fuzz check --sharded` (or the API's sharded=): {how}."),
         "# Save as a file and run it (the ranks import this file); it fails while the bug is there.",
         *failure_comments(failures),
         *([f"# contract: {case.contract.label}"] if case.contract.bound else []),
@@ -67,7 +67,7 @@ def _expected_lines(subject: Any, case: Case, cotangents: dict[str, np.ndarray] 
 
 
 CHECK_FUNCTION = '''
-def check(name, got, want, tol, problems):
+def check_close(name, got, want, tol, problems):
     if got is None:
         problems.append(f"{name}: no gradient (the outputs do not reach this input)")
         return
@@ -128,7 +128,7 @@ def torch_ranks_snippet(subject: Any, case: Case, split: Split, cotangents: dict
                 f"    if not isinstance(got, torch.Tensor) or got.dtype not in ({', '.join(allowed)},):",
                 f"        problems.append(f'{spec.name}: a {{type(got).__name__}} of dtype "
                 "{getattr(got, \"dtype\", None)}')",
-                f"    check(f'rank {{rank}} {spec.name}', got.detach().double().numpy(), "
+                f"    check_close(f'rank {{rank}} {spec.name}', got.detach().double().numpy(), "
                 f"EXPECTED_{spec.name.upper()}{rows}, TOLERANCE_{spec.name.upper()}{rows}, problems)",
             ]
     else:
@@ -155,7 +155,7 @@ def torch_ranks_snippet(subject: Any, case: Case, split: Split, cotangents: dict
                           "    if got is not None:",
                           "        dist.all_reduce(got, group=sequence_groups[d])"]
             name = spec.name.upper()
-            lines.append(f"    check(f'rank {{rank}} d {spec.name}', None if got is None else got.numpy(), "
+            lines.append(f"    check_close(f'rank {{rank}} d {spec.name}', None if got is None else got.numpy(), "
                          f"EXPECTED_D_{name}[{block}], TOLERANCE_D_{name}[{block}], problems)")
     lines += [
         "    dist.destroy_process_group()",
@@ -187,7 +187,8 @@ def jax_snippet(subject: Any, case: Case, split: Split, cotangents: dict[str, np
                  if contract.returns_mapping else next(iter(outputs.values())))
     lines = [
         "import os",
-        f"os.environ['XLA_FLAGS'] = os.environ.get('XLA_FLAGS', '') + ' {flag}'  # before JAX starts",
+        "# before JAX starts: its host CPU devices",
+        f"os.environ['XLA_FLAGS'] = os.environ.get('XLA_FLAGS', '') + ' {flag}'",
         *_header(subject, padded.case, failures, how),
         "import jax",
         "jax.config.update('jax_enable_x64', True)",
@@ -216,7 +217,7 @@ def jax_snippet(subject: Any, case: Case, split: Split, cotangents: dict[str, np
         for spec in contract.outputs:
             lines += [f"if str(out[{spec.name!r}].dtype) not in {allowed!r}:",
                       f"    problems.append({spec.name + ' has dtype '!r} + str(out[{spec.name!r}].dtype))",
-                      f"check({spec.name!r}, out[{spec.name!r}], EXPECTED_{spec.name.upper()}, "
+                      f"check_close({spec.name!r}, out[{spec.name!r}], EXPECTED_{spec.name.upper()}, "
                       f"TOLERANCE_{spec.name.upper()}, problems)"]
     else:
         positions = [index for index, spec in enumerate(contract.inputs) if spec.differentiable]
@@ -233,7 +234,7 @@ def jax_snippet(subject: Any, case: Case, split: Split, cotangents: dict[str, np
             "grads = pullback({k: globals()['COTANGENT_' + k.upper()].astype(v.dtype) for k, v in out.items()})",
         ]
         for index, spec in enumerate(contract.differentiable_inputs):
-            lines.append(f"check('d {spec.name}', grads[{index}], EXPECTED_D_{spec.name.upper()}, "
+            lines.append(f"check_close('d {spec.name}', grads[{index}], EXPECTED_D_{spec.name.upper()}, "
                          f"TOLERANCE_D_{spec.name.upper()}, problems)")
     lines.append("assert not problems, '\\n'.join(problems)")
     return "\n".join(lines) + "\n"
@@ -252,8 +253,8 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
     tol = exact_tolerance(case, subject.precision)
     output = contract.outputs[0].name
     lines = [
-        "# Counterexample found by `python -m fuzz check --accumulation`:",
-        f"# {split.ranks} ranks x {split.steps} accumulation steps, in one process.",
+        "# Counterexample found by `python -m fuzz check --accumulation` (or the API's accumulation=True):",
+        f"# {plural(split.ranks, 'rank')} x {plural(split.steps, 'accumulation step')}, in one process.",
         *failure_comments(failures),
         f"# contract: {contract.label}",
         f"# dtype {case.dtype}; the step's batch {case.shape}, rows cut at {list(split.cuts)}, "
@@ -291,12 +292,12 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
         lines += [
             f"returned = [{call}(*chunk) for chunk in chunks]",
             "# each chunk's loss: an array of the framework, of an allowed dtype, as the suite checks first",
-            "for k, loss in enumerate(returned):",
-            "    dtype = str(getattr(loss, 'dtype', None)).split('.')[-1]",
-            f"    assert type(loss).__name__ in {syntax.type_names!r} and dtype in {allowed!r}, \\",
-            f"        f'chunk {{k}}: {{type(loss).__name__}} of dtype {{dtype}}, want {' or '.join(allowed)}'",
-            "losses = [as_float64(loss) for loss in returned]",
-            "combined = sum(WEIGHT * float(loss) for loss in losses)",
+            "for k, out in enumerate(returned):",
+            "    dtype = str(getattr(out, 'dtype', None)).split('.')[-1]",
+            f"    assert type(out).__name__ in {syntax.type_names!r} and dtype in {allowed!r}, \\",
+            f"        f'chunk {{k}}: {{type(out).__name__}} of dtype {{dtype}}, want {' or '.join(allowed)}'",
+            "losses = [as_float64(out) for out in returned]",
+            "combined = sum(WEIGHT * float(value) for value in losses)",
             f"expected, tolerance = {float(expected.outputs()[output])!r}, {float(tol[output])!r}",
             "print(f'combined loss {combined!r}, expected {expected!r} +- {tolerance!r}; chunk losses {losses}')",
             "assert abs(combined - expected) <= tolerance, f'combined loss {combined!r}, expected {expected!r}'",
@@ -337,13 +338,13 @@ def ddp_snippet(subject: Any, case: Case, split: Any, cotangents: dict[str, np.n
     averaged = contract.chunked.ranks_averaged(contract.bound)
     scale = weight * (split.ranks if averaged else 1.0)
     lines = [
-        f"# Counterexample found by `python -m fuzz check --accumulation --ranks`: {split.ranks} gloo ranks x "
-        f"{split.steps} micro-batches under DistributedDataParallel.",
+        "# Counterexample found by `python -m fuzz check --accumulation --ranks` (or the API's ranks=True):",
+        f"# {plural(split.ranks, 'gloo rank')} x {plural(split.steps, 'micro-batch')} under DistributedDataParallel.",
         "# Save as a file and run it (the ranks import this file); it fails while the bug is there.",
         *failure_comments(failures),
         f"# contract: {contract.label}",
         "from math import inf, nan",
-        "import contextlib, socket",
+        *(["import contextlib, socket"] if cotangents is not None else ["import socket"]),
         "import numpy as np",
         "import torch",
         "import torch.distributed as dist",
@@ -366,40 +367,44 @@ def ddp_snippet(subject: Any, case: Case, split: Any, cotangents: dict[str, np.n
         lines += [f"COTANGENT = {float(np.asarray(cotangents[output])) * scale!r}  # c times 1/G (DDP divides by R)",
                   f"EXPECTED_GRAD = np.array({literal(exact.inputs()[name])}).reshape{tuple(case.shape)!r}",
                   f"GRAD_TOLERANCE = np.array({literal(gradient_tol)}).reshape{tuple(case.shape)!r}"]
+    # forward: the loss of each micro-batch; with a cotangent, its backward too, DDP all-reducing the gradients on the
+    # last micro-batch's backward only (no_sync before), as a trainer accumulates
+    body = ["chunk = step()[CUTS[k]:CUTS[k + 1], :WIDTHS[k]]",
+            f"out = {subject.function_name}(chunk, masks[g], step_masks=masks, group=dist.group.WORLD,",
+            "          accumulation_steps=STEPS)",
+            "losses.append(float(out.detach()))"]
+    if cotangents is not None:
+        body = ["with contextlib.nullcontext() if g == STEPS - 1 else step.no_sync():",
+                *(f"    {line}" for line in body), "    out.backward(torch.tensor(COTANGENT, dtype=out.dtype))"]
     lines += [
         "",
         "",
         "class Step(torch.nn.Module):",
         "    def __init__(self):",
         "        super().__init__()",
-        "        self.losses = torch.nn.Parameter(torch.tensor(np.nan_to_num(LOSSES, nan=0.0, posinf=0.0, neginf=0.0),"
-        " dtype=DTYPE))",
+        "        finite = np.nan_to_num(LOSSES, nan=0.0, posinf=0.0, neginf=0.0)  # LOSSES is copied in later",
+        "        self.losses = torch.nn.Parameter(torch.tensor(finite, dtype=DTYPE))",
         "",
         "    def forward(self):",
         "        return self.losses",
         "",
         "",
         "def run_rank(rank, port, results):",
-        "    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=RANKS)",
+        "    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,",
+        "                            world_size=RANKS)",
         "    step = DistributedDataParallel(Step())",
         "    with torch.no_grad():",
         "        step.module.losses.copy_(torch.tensor(LOSSES, dtype=DTYPE))",
         "    if SUM_OVER_RANKS:",
-        "        step.register_comm_hook(None, lambda state, bucket: dist.all_reduce(bucket.buffer(), async_op=True)"
-        ".get_future().then(lambda f: f.value()[0]))",
+        "        step.register_comm_hook(None, lambda state, bucket: dist.all_reduce(",
+        "            bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0]))",
         "    mine = [rank * STEPS + g for g in range(STEPS)]",
         "    masks = [torch.tensor(MASK[CUTS[k]:CUTS[k + 1], :WIDTHS[k]]) for k in mine]",
         "    losses = []",
         "    for g, k in enumerate(mine):",
-        f"        with contextlib.nullcontext() if g == STEPS - 1{' or True' if cotangents is None else ''} "
-        "else step.no_sync():",
-        "            chunk = step()[CUTS[k]:CUTS[k + 1], :WIDTHS[k]]",
-        f"            loss = {subject.function_name}(chunk, masks[g], step_masks=masks, group=dist.group.WORLD, "
-        "accumulation_steps=STEPS)",
-        "            losses.append(float(loss))",
-        *(["            loss.backward(torch.tensor(COTANGENT, dtype=loss.dtype))"] if cotangents is not None else []),
-        "    results[rank] = (losses, None if step.module.losses.grad is None else "
-        "step.module.losses.grad.double().numpy().tolist())",
+        *(f"        {line}" for line in body),
+        "    grad = step.module.losses.grad",
+        "    results[rank] = (losses, None if grad is None else grad.double().numpy().tolist())",
         "    dist.destroy_process_group()",
         "",
         "",
@@ -440,16 +445,17 @@ def jax_accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: d
     parameters = dict(contract.bound) if builtin else {}  # a built-in's declared parameters, as the engine binds them
     empty = [k for k in range(split.chunks) if not case.mask[split.rows(k)].any()]
     lines = [
-        f"# Counterexample found by `python -m fuzz check --accumulation --ranks --framework jax`: {split.ranks} "
-        f"devices x {split.steps} micro-batches under jax.shard_map (host CPU devices), a lax.scan over each "
-        "device's micro-batches.",
-        "# Every micro-batch has ROWS rows (fully masked rows are rows of the step) and is padded to WIDTH with "
-        "masked tokens.",
+        *comment_lines("Counterexample found by `python -m fuzz check --accumulation --ranks --framework jax` (or the "
+                       f"API's ranks=True): {plural(split.ranks, 'device')} x {plural(split.steps, 'micro-batch')} "
+                       "under jax.shard_map (host CPU devices), a lax.scan over each device's micro-batches. Every "
+                       "micro-batch has ROWS rows (fully masked rows are rows of the step) and is padded to WIDTH "
+                       "with masked tokens."),
         *failure_comments(failures),
         f"# contract: {contract.label}",
         "import os",
-        f"os.environ['XLA_FLAGS'] = os.environ.get('XLA_FLAGS', '') + "
-        f"' --xla_force_host_platform_device_count={split.ranks}'  # before JAX starts",
+        "# before JAX starts: its host CPU devices",
+        "os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '')",
+        f"                           + ' --xla_force_host_platform_device_count={split.ranks}')",
         "from math import inf, nan",
         "import numpy as np",
         "import jax",
@@ -492,9 +498,9 @@ def jax_accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: d
         "arguments = [jax.device_put(values.astype(DTYPE), sharding), jax.device_put(mask, sharding)]",
         "",
         "",
-        "def call(value, m, step_masks):",
-        f"    return {subject.function_name}(value, m, step_masks=step_masks, axis_name='data', "
-        "accumulation_steps=STEPS, **PARAMETERS)",
+        "def call_chunk(value, m, step_masks):",
+        f"    return {subject.function_name}(value, m, step_masks=step_masks, axis_name='data',",
+        f"    {' ' * len(subject.function_name)}        accumulation_steps=STEPS, **PARAMETERS)",
         "",
         "",
     ]
@@ -502,15 +508,18 @@ def jax_accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: d
         lines += [
             "def forward(values, masks):",
             "    step_masks = [masks[g] for g in range(STEPS)]",
-            "    return lax.scan(lambda carry, chunk: (carry, call(*chunk, step_masks)), None, (values, masks))[1]",
+            "    return lax.scan(lambda carry, chunk: (carry, call_chunk(*chunk, step_masks)), None,",
+            "                    (values, masks))[1]",
             "",
             "",
-            "step = jax.jit(jax.shard_map(forward, mesh=mesh, in_specs=(P('data'), P('data')), out_specs=P('data')))",
+            "step = jax.jit(jax.shard_map(forward, mesh=mesh, in_specs=(P('data'), P('data')),",
+            "                             out_specs=P('data')))",
             "losses = np.asarray(step(*arguments)).astype(np.float64)",
             "combined = WEIGHT * float(losses.sum())",
             "print(f'combined loss {combined!r}, expected {EXPECTED!r} +- {TOLERANCE!r}; chunk losses '",
             "      f'{losses.tolist()}')",
-            "assert all(losses[k] == 0 for k in EMPTY), f'a chunk without a selected token: {losses[EMPTY].tolist()}'",
+            "assert all(losses[k] == 0 for k in EMPTY), \\",
+            "    f'a chunk without a selected token: {losses[EMPTY].tolist()}'",
             "assert abs(combined - EXPECTED) <= TOLERANCE, f'combined {combined!r}, expected {EXPECTED!r}'",
         ]
         return "\n".join(lines) + "\n"
@@ -520,7 +529,7 @@ def jax_accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: d
         "",
         "    def micro_batch(total, chunk):",
         "        g, value, m = chunk",
-        "        out, pullback = jax.vjp(lambda v: call(v, m, step_masks), value)",
+        "        out, pullback = jax.vjp(lambda v: call_chunk(v, m, step_masks), value)",
         "        (gradient,) = pullback(jnp.zeros_like(out) + cotangent.astype(out.dtype))",
         "        return total.at[g].add(gradient), out",
         "",
@@ -536,7 +545,7 @@ def jax_accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: d
         "assert (grad[:, LOSSES.shape[1]:] == 0).all(), 'the gradient at the masked padding tokens is not 0'",
         "grad = grad[:, :LOSSES.shape[1]]",
         "print(f'combined gradient {grad.tolist()}, expected {EXPECTED_GRAD.tolist()}')",
-        "assert np.isfinite(grad).all() and (np.abs(grad - EXPECTED_GRAD) <= GRAD_TOLERANCE).all(), "
-        "'the combined gradient is wrong'",
+        "assert np.isfinite(grad).all() and (np.abs(grad - EXPECTED_GRAD) <= GRAD_TOLERANCE).all(), \\",
+        "    'the combined gradient is wrong'",
     ]
     return "\n".join(lines) + "\n"

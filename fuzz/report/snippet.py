@@ -76,6 +76,17 @@ def _layout_expression(syntax: SnippetSyntax, values: np.ndarray, layout: str, d
                                  writeable=numpy_writeable(view))
 
 
+def comment_lines(text: str) -> list[str]:
+    """`text` as comment lines within the terminal's 100 columns."""
+    return textwrap.wrap(text, SNIPPET_WIDTH, initial_indent="# ", subsequent_indent="# ", break_long_words=False,
+                         break_on_hyphens=False)
+
+
+def plural(count: int, noun: str) -> str:
+    """"1 rank", "2 ranks", "1 micro-batch", "4 micro-batches"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}{'es' if noun.endswith(('ch', 'sh', 's')) else 's'}"
+
+
 def failure_comments(failures: list[str]) -> list[str]:
     """`# FAILED: ...` for each failure, every line of a multi-line message commented and wrapped to the
     terminal's 100 columns (a compiler's output shortened to its first and last lines: the JSON has it whole)."""
