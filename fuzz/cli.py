@@ -161,12 +161,15 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("check", help="fuzz your own implementation (TARGET)", description=CHECK_HELP)
     parser.add_argument("target", metavar="TARGET", help="package.module:function or path/to/file.py:function")
     runs = parser.add_mutually_exclusive_group(required=True)
-    runs.add_argument("--framework", choices=FRAMEWORK_CHOICES,
-                      help="the framework the function takes; torch-compile and jax run it compiled: "
+    # metavars name the choices in the help text: argparse cannot wrap the usage line of a group that lists them
+    runs.add_argument("--framework", choices=FRAMEWORK_CHOICES, metavar="FRAMEWORK",
+                      help=f"the framework the function takes ({', '.join(FRAMEWORK_CHOICES)}); torch-compile and "
+                      "jax run it compiled: "
                       "torch.compile(f, fullgraph=True, dynamic=True) / jax.jit(f) (a per-chunk function of "
                       "--accumulation: as it is, its keywords Python ints)")
-    runs.add_argument("--sharded", choices=SHARDED_CHOICES,
-                      help="TARGET is a per-rank function (docs/sharded.md): run it on torch.distributed "
+    runs.add_argument("--sharded", choices=SHARDED_CHOICES, metavar="ENGINE",
+                      help=f"({' or '.join(SHARDED_CHOICES)}) TARGET is a per-rank function (docs/sharded.md): run "
+                      "it on torch.distributed "
                       "ranks (gloo; NCCL on CUDA) or under jax.shard_map, on every mesh (instead of --framework)")
     _common_options(parser, f"Hypothesis examples per cell (default {DEFAULT_EXAMPLES}; with --accumulation "
                     f"{ACCUMULATION_EXAMPLES} per split cell, with --ranks {RANKS_EXAMPLES}, with --sharded "

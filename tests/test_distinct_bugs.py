@@ -16,7 +16,7 @@ from fuzz.cli import check_parser, run_check
 from fuzz.engines.registry import MODULES, engine_named
 from fuzz.judge.gradients import GRADIENT_OVERFLOW, check_gradients
 from fuzz.judge.subject import Subject
-from fuzz.report.results import bug_key, engine_of, split_and_pass
+from fuzz.report.results import bug_key, engine_of, pass_of, split_and_pass, split_of
 from reference.case import Case
 from reference.contracts import get_contract
 from reference.dtypes import round_to
@@ -347,7 +347,7 @@ def test_every_engine_row_names_its_engine_apart_from_its_split_and_pass(name):
     for shape in engine.shapes("cpu"):
         for check in ("forward", "gradients"):
             row = engine.row(shape, check)
-            assert engine_of(row) == engine.kind and split_and_pass(row) != ""
-            assert f"{engine.kind} {split_and_pass(row)}" == row
+            assert engine_of(row) == engine.kind and split_and_pass(row) != "" and pass_of(row) == check
+            assert f"{engine.kind} {split_and_pass(row)}" == row and split_of(row) in row.split()
             assert bug_key("f", "c", row, "k") == bug_key("f", "c", engine.row(engine.shapes("cpu")[0], "forward"), "k")
-    assert engine_of("forward") == engine_of("gradients") == "" != engine.kind
+    assert engine_of("forward") == engine_of("gradients") == split_of("gradients") == "" != engine.kind

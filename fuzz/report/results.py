@@ -26,6 +26,16 @@ def engine_of(check: str) -> str:
     return " ".join(word for word in check.split() if word not in _PASSES and not _SPLIT.match(word))
 
 
+def split_of(check: str) -> str:
+    """The split a cell's check ran on: "2x2" (a mesh), "R2xG1" (ranks by micro-batches), "" in process."""
+    return next((word for word in check.split() if _SPLIT.match(word)), "")
+
+
+def pass_of(check: str) -> str:
+    """"gradients" for a gradient check, else "forward"."""
+    return "gradients" if check.split()[-1:] == ["gradients"] else "forward"
+
+
 def split_and_pass(check: str) -> str:
     """What tells a cell's check apart from the others on its engine: "forward", "gradients", "2x2", "R2xG1
     gradients"."""
@@ -108,7 +118,8 @@ class CellResult:
     def as_json(self) -> dict[str, Any]:
         return {
             "implementation": self.subject, "contract": self.contract, "device": self.device, "dtype": self.dtype,
-            "check": self.check, "ok": self.ok, "applicable": self.applicable, "examples": self.examples,
+            "check": self.check, "engine": engine_of(self.check), "split": split_of(self.check),
+            "pass": pass_of(self.check), "ok": self.ok, "applicable": self.applicable, "examples": self.examples,
             "precision": self.precision, "worst_error_over_tolerance": self.worst, "worst_ulps": self.worst_ulps,
             "deterministic": self.deterministic,
             "seconds": round(self.seconds, 3), "layouts": list(self.layouts), "failures": self.failures,
