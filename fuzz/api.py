@@ -51,6 +51,9 @@ if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
 
 
+CELL_FAILED = "cell failed"  # the kind of a failure with no case to show (a worker died): no distinct bug
+
+
 @dataclass(frozen=True)
 class Failure:
     """One distinct failure of one cell: its kind (the first check that failed: "raised ValueError",
@@ -94,7 +97,7 @@ class Report:
         found = []
         for cell in self.cells:
             where = (cell.subject, cell.device, cell.dtype, cell.check)
-            found += [Failure("cell failed", problem, *where, {}, None) for problem in cell.problems]
+            found += [Failure(CELL_FAILED, problem, *where, {}, None) for problem in cell.problems]
             found += [Failure(bug.kind, "\n".join(bug.failures), *where, dict(bug.story), bug.snippet)
                       for bug in cell.bugs]
         return found
@@ -108,9 +111,11 @@ class Report:
             return
         failures = self.failures
         found: dict[tuple[str, str, str, str], list[Failure]] = {}
+        caseless = [failure for failure in failures if failure.kind == CELL_FAILED]  # counted apart, as the summary
         for failure in failures:  # a report's cells share one contract
-            found.setdefault(bug_key(failure.implementation, "", failure.check, failure.kind), []).append(failure)
-        texts = []
+            if failure.kind != CELL_FAILED:
+                found.setdefault(bug_key(failure.implementation, "", failure.check, failure.kind), []).append(failure)
+        texts = [joined(wrap(failure.text())) for failure in caseless]
         for first, *others in found.values():
             lines = wrap(first.text(snippet=False))
             if first.snippet:
@@ -120,7 +125,9 @@ class Report:
                               "and snippet: Report.failures):",
                           *other_cells(first.kind, [(f.device, f.dtype, f.check, f.message) for f in others])]
             texts.append(joined(lines))
-        raise AssertionError(f"{len(failures)} failure(s), {len(found)} distinct bug(s):\n\n" + "\n\n".join(texts))
+        apart = f", and {len(caseless)} cell(s) failed without a case" if caseless else ""
+        header = f"{len(failures)} failure(s), {len(found)} distinct bug(s){apart}:"
+        raise AssertionError("\n\n".join([header, *texts]))
 
     def __str__(self) -> str:
         """The terminal's view: one line per implementation and contract, then every bug with its snippet."""

@@ -73,7 +73,7 @@ def test_a_bare_jitted_rank_form_is_told_which_keywords_to_mark_static(tmp_path,
     cell = rank_cell(f"{path}:chunk_loss", "jax", "jax-accumulation")
     assert [bug.kind for bug in cell.bugs] == ["raised TypeError"]
     assert "static_argnames=('axis_name', 'accumulation_steps')" in cell.bugs[0].failures[0]
-    static = tmp_path / "static_rank_form.py"  # another module: the mesh worker keeps the first one imported
+    static = tmp_path / "static_rank_form.py"
     static.write_text(path.read_text().replace("jax.jit(chunk_loss_on_shards)", "jax.jit(chunk_loss_on_shards, "
                                                "static_argnames=('axis_name', 'accumulation_steps'))"))
     assert rank_cell(f"{static}:chunk_loss", "jax", "jax-accumulation").ok

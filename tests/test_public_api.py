@@ -185,3 +185,19 @@ def test_the_cases_of_a_reduction_are_declared_as_check_declares_them():
         cases(reduction="fixed-length")
     with pytest.raises(ValueError, match="rows is a parameter of the loss reduction: it needs reduction too"):
         cases(rows="nonempty")
+
+
+def test_a_cell_that_failed_without_a_case_is_counted_apart_from_the_distinct_bugs():
+    """As the terminal's summary counts them: two workers that died are two failures without a case, not a bug."""
+    from fuzz import Report
+    from fuzz.report.results import Bug, CellResult
+
+    case = Case(np.zeros((1, 1)), np.zeros(1), np.ones((1, 1), bool), dtype="float32")
+    bug = Bug("loss out of tolerance", ["loss = 2.0, expected 1.0"], case, "assert False\n")
+    cells = (CellResult("f", "cpu", "float32", "forward", bugs=[bug]),
+             CellResult("f", "cpu", "float64", "forward", problems=["the worker process died (exit code 9)"]),
+             CellResult("f", "cpu", "float16", "forward", problems=["a call timed out without a case"]))
+    with pytest.raises(AssertionError, match=r"^3 failure\(s\), 1 distinct bug\(s\), and 2 cell\(s\) failed without "
+                                             r"a case:") as raised:
+        Report(cells, ("float16", "float32", "float64")).raise_for_failures()
+    assert "the worker process died" in str(raised.value) and "a call timed out" in str(raised.value)

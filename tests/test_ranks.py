@@ -73,7 +73,7 @@ def test_a_rank_that_raises_while_the_others_wait_for_it_fails_at_once_as_it_rai
     cell = rank_cell(_rank_bug(tmp_path, "raise ValueError('rank 1 is broken')"), "torch", "ddp")
     assert [bug.kind for bug in cell.bugs] == ["raised ValueError"]
     assert cell.bugs[0].failures[0].startswith("rank 1: ") and "ValueError: rank 1 is broken" in cell.bugs[0].traceback
-    assert "rank 0 did not answer within 3 s after rank 1 failed" in cell.bugs[0].failures[1]
+    assert "rank 0 did not answer within 3 s after rank 1 raised" in cell.bugs[0].failures[1]
     assert time.perf_counter() - started < 45  # not the 60 s deadline
 
 
@@ -90,6 +90,25 @@ def test_a_rank_form_edited_between_two_checks_is_judged_as_it_is_now(tmp_path, 
     path.write_text(f"from {form}\n\n\ndef loss(*args, **keywords):\n    raise ValueError('not written yet')\n")
     assert [bug.kind for bug in rank_cell(f"{path}:loss", framework, engine).bugs] == ["raised ValueError"]
     path.write_text(f"from {form}\n\nloss = chunk_loss\n")
+    assert rank_cell(f"{path}:loss", framework, engine).ok
+
+
+@pytest.mark.parametrize(("framework", "engine", "form"), [
+    ("torch", "ddp", "impls.torch_eager_accumulation import chunk_loss_on_ranks as chunk_loss"),
+    ("jax", "jax-accumulation", "impls.jax_jit_accumulation import chunk_loss_on_shards as chunk_loss"),
+])
+def test_a_module_the_rank_form_imports_edited_between_two_checks_is_judged_as_it_is_now(tmp_path, monkeypatch,
+                                                                                       framework, engine, form):
+    """The rank form is unchanged; the helper module beside it that scales its loss is fixed between two checks:
+    the ranks, which imported the helper once, are replaced, and the second check passes."""
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "60")
+    helper = tmp_path / f"scale_{framework}.py"
+    helper.write_text("FACTOR = 2  # the bug\n")
+    path = tmp_path / f"scaled_rank_form_{framework}.py"
+    path.write_text(f"from {form}\nfrom scale_{framework} import FACTOR\n\n\n"
+                    "def loss(*args, **keywords):\n    return FACTOR * chunk_loss(*args, **keywords)\n")
+    assert [bug.kind for bug in rank_cell(f"{path}:loss", framework, engine).bugs] == ["loss out of tolerance"]
+    helper.write_text("FACTOR = 1\n")
     assert rank_cell(f"{path}:loss", framework, engine).ok
 
 

@@ -101,8 +101,9 @@ def test_a_kind_shown_again_is_one_line_under_its_first_cell_without_its_kind():
     assert text.count("=== FAIL") == 2 and text.count("reproduce with this snippet") == 2
     assert text.count("the same kind in 3 more cells") == 2
     block = text[text.index("=== FAIL f |"):text.index("=== FAIL g |")]
-    # one item for the three cells, whose messages differ only in a number
-    assert _items(block) == ["  - forward in cpu float64, cpu:1 float32, cpu:1 float64: boom in float64"]
+    # an item per wording: the cells whose messages read alike share one
+    assert _items(block) == ["  - forward in cpu float64, cpu:1 float64: boom in float64",
+                             "  - forward in cpu:1 float32: boom in float32"]
     assert "raised TypeError: raised TypeError" not in text and not _too_wide(text)
 
 
@@ -178,6 +179,14 @@ def test_the_other_cells_of_a_bug_are_one_item_per_split_and_wording():
     assert items[0] == ("  - R1xG2 in cpu bfloat16, cpu float32, cpu float64: loss = 1.5, expected 0.1 (err/tol = "
                         "1e+01): the combined loss is 2x with R1xG2")
     assert len(items) == 6 and items[-1] == "  - R4xG1 in cpu float64: loss = nan, expected 0.5"
+    # the digits of a name are words: two dtypes' structure failures are two items
+    structure = [_failing("f", "forward", "wrong output structure") for _ in range(3)]
+    seen = [("bfloat16", "float64"), ("float16", "float64"), ("float64", "float32")]
+    for cell, (dtype, wrong) in zip(structure, seen):
+        cell.dtype, cell.bugs[0].failures = dtype, [f"loss has dtype {wrong}, expected float32"]
+    assert _items("\n".join(bugs(structure))) == [
+        "  - forward in cpu float16: loss has dtype float64, expected float32",
+        "  - forward in cpu float64: loss has dtype float32, expected float32"]
 
 
 def test_a_value_bug_of_the_loss_and_of_its_gradient_are_two_bugs():

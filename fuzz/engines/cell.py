@@ -12,8 +12,6 @@ and the case that did it, so a dead rank costs one timeout, not one per shrink s
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -42,43 +40,24 @@ from reference.tolerance import PRECISIONS, STRICT
 RANK_FAILED = "a rank died or hung"
 
 
-def subject_key(spec: SubjectSpec) -> tuple[str, str, str]:
-    """How a rank finds the function: ("builtin", "contract:name", ""), or ("target", TARGET, version) with a file's
-    absolute path, so that ranks and workers load it from anywhere. The version is a digest of the source file the
-    TARGET names (the module's file for `package.module:function`): rank processes outlive a check (a pytest session
-    or a notebook runs many), and they load the function again when it changes instead of judging the code they
-    loaded before."""
+def subject_key(spec: SubjectSpec) -> tuple[str, str]:
+    """How a rank finds the function: ("builtin", "contract:name"), or ("target", TARGET) with a file's absolute
+    path, so that ranks and workers load it from anywhere."""
     if spec.framework is None:
-        return "builtin", f"{spec.contract}:{spec.name}", ""
+        return "builtin", f"{spec.contract}:{spec.name}"
     location, _, name = spec.name.rpartition(":")
     if location.endswith(".py") or os.sep in location:
-        path = os.path.abspath(location)
-        return "target", f"{path}:{name}", source_version(path)
-    module = importlib.util.find_spec(location)  # imported already: `check` loaded the TARGET before its cells
-    return "target", spec.name, source_version(module.origin if module and module.origin else "")
-
-
-def source_version(path: str) -> str:
-    """A digest of the file at `path` ("" where there is none to read: a built-in or namespace module)."""
-    try:
-        with open(path, "rb") as file:
-            return hashlib.sha256(file.read()).hexdigest()[:16]
-    except OSError:
-        return ""
-
-
-def engine_subject(spec: SubjectSpec, engine_name: str) -> Subject:
-    """What the cell needs of the function: for an engine in this process, the subject `check` builds (compiled
-    where its mode says so); for one on ranks, its name, imports, contract and precision (it runs there). Built
-    once per version of the function's source."""
-    return _engine_subject(spec, engine_name, subject_key(spec))
+        return "target", f"{os.path.abspath(location)}:{name}"
+    return "target", spec.name
 
 
 @functools.cache
-def _engine_subject(spec: SubjectSpec, engine_name: str, key: tuple[str, str, str]) -> Subject:
+def engine_subject(spec: SubjectSpec, engine_name: str) -> Subject:
+    """What the cell needs of the function: for an engine in this process, the subject `check` builds (compiled
+    where its mode says so); for one on ranks, its name, imports, contract and precision (it runs there)."""
     engine = engine_named(engine_name)
     if engine.in_process:
-        return replace(build_subject(spec), key=key)
+        return replace(build_subject(spec), key=subject_key(spec))
     adapter = available_adapter(engine.framework)
     contract = spec.bound_contract
     if spec.framework is None:  # a built-in: fuzzed in every binding of its declared parameters, unless told one
@@ -88,13 +67,13 @@ def _engine_subject(spec: SubjectSpec, engine_name: str, key: tuple[str, str, st
         function = implementation.function_for(contract)
         draws = bool(contract.parameter_menu) and not spec.parameters
         return Subject(spec.name, function, adapter, contract, (f"from {function.__module__} import "
-                       f"{function.__name__}",), function.__name__, precision=STRICT, key=key,
+                       f"{function.__name__}",), function.__name__, precision=STRICT, key=subject_key(spec),
                        bind=implementation.function_for if contract.parameters else None, draws_parameters=draws)
     from fuzz.loader import load_target
 
     target = load_target(spec.name)
     return Subject(spec.name, target.function, adapter, contract, target.import_lines, target.function_name,
-                   precision=PRECISIONS[spec.precision], masked_values=spec.masked_values, key=key)
+                   precision=PRECISIONS[spec.precision], masked_values=spec.masked_values, key=subject_key(spec))
 
 
 @dataclass

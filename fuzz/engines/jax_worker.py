@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from fuzz.engines.freshness import IMPORTED, ImportedFiles
 from fuzz.engines.registry import Engine
 from fuzz.engines.split import Split
 from fuzz.engines.torch_ranks import START_TIMEOUT_S, RankFailure, rank_timeout
@@ -132,6 +133,7 @@ def _worker_main(connection: Any) -> None:
              if not flag.startswith("--xla_force_host_platform_device_count")]
     os.environ["XLA_FLAGS"] = " ".join([*flags, f"--xla_force_host_platform_device_count={DEVICES}"])
     runner = _Runner()
+    imported = ImportedFiles()
     connection.send("ready" if len(runner.jax.devices("cpu")) >= DEVICES
                     else f"only {len(runner.jax.devices('cpu'))} CPU devices")
     while True:
@@ -145,6 +147,7 @@ def _worker_main(connection: Any) -> None:
             reply = runner.run(message[1])
         except Exception as error:
             reply = {"internal": f"{type(error).__name__}: {error}\n{traceback.format_exc()}"}
+        reply[IMPORTED] = imported.new()
         connection.send(reply)
 
 
@@ -153,6 +156,7 @@ def _worker_main(connection: Any) -> None:
 class JaxWorker:
     def __init__(self) -> None:
         self.broken: str | None = None
+        self.imported = ImportedFiles()  # the user's files it imported (fuzz/engines/freshness.py)
         context = multiprocessing.get_context("spawn")
         self.connection, child_end = context.Pipe()
         self.process = context.Process(target=_worker_main, args=(child_end,), name="lossnorm-jax-mesh",
@@ -197,6 +201,7 @@ class JaxWorker:
             self.connection.send(("run", job))
         # The first call of each shape compiles: allow for it on top of the per-example deadline.
         reply = self._receive((rank_timeout() if timeout is None else timeout) + 60, "an example")
+        self.imported.add(reply.pop(IMPORTED, {}))
         if "internal" in reply:
             self.close()
             raise RuntimeError(f"the harness failed in the JAX mesh worker: {reply['internal']}")
@@ -216,7 +221,11 @@ _WORKER: list[JaxWorker] = []
 
 
 def jax_worker() -> JaxWorker:
-    """The live JAX mesh worker of this process, started if there is none (or the last one broke)."""
+    """The live JAX mesh worker of this process, started if there is none (or the last one broke, or runs a user's
+    file as it was before an edit)."""
+    if _WORKER and not _WORKER[0].broken and _WORKER[0].imported.changed():
+        _WORKER[0].close()
+        _WORKER.clear()
     if not _WORKER or _WORKER[0].broken or not _WORKER[0].process.is_alive():
         _WORKER[:] = [JaxWorker()]
     return _WORKER[0]

@@ -29,7 +29,6 @@ import multiprocessing.connection
 import os
 import signal
 import socket
-import sys
 import time
 import traceback
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from fuzz.engines.freshness import IMPORTED, ImportedFiles
 from fuzz.engines.registry import Engine
 from fuzz.engines.split import MESHES, Split
 from fuzz.judge.verdict import Verdict
@@ -44,7 +44,7 @@ from fuzz.run.processes import died_at_start, fork_server_context
 from reference.case import Case
 
 DEFAULT_TIMEOUT_S = 60.0  # per example; a correct example takes milliseconds, a cold start seconds
-# After one rank's call failed (it raised), how long the others may still take: one still silent then waits for it in
+# After one rank's call raised, how long the others may still take: one still silent then waits for it in
 # a collective it never joins, and the example has failed already, so waiting out the whole deadline (once per
 # cell and dtype) would tell nothing more.
 FAILED_RANK_GRACE_S = 3.0
@@ -56,6 +56,12 @@ TIMEOUT_VARIABLE = "LOSSNORM_RANK_TIMEOUT"
 def _failures(reply: Any) -> list[Any]:
     """A rank's reply's failures (none for a reply that is not an example's)."""
     return list(reply.get("failures") or []) if isinstance(reply, dict) else []
+
+
+def _raised(reply: Any) -> bool:
+    """Whether the function raised on the rank that sent `reply` (its traceback came with it): a rank that merely
+    returned something wrong still makes every collective the others wait in."""
+    return isinstance(reply, dict) and bool(reply.get("traceback")) and bool(reply.get("failures"))
 
 
 def rank_timeout() -> float:
@@ -90,9 +96,9 @@ def _free_port() -> int:
 
 # ---------------------------------------------------------------------------------------------- rank side
 
-@functools.cache  # once per rank process and source version: executed once, as in a trainer (failures are not cached)
-def _load(subject: tuple[str, str, str]) -> Any:
-    kind, name, _ = subject  # a new version of the source is a new key (fuzz/engines/cell.py, `subject_key`)
+@functools.cache  # once per rank process: a file TARGET is executed once, as in a trainer (failures are not cached)
+def _load(subject: tuple[str, str]) -> Any:
+    kind, name = subject
     if kind == "builtin":
         from impls.registry import get_implementation
 
@@ -100,11 +106,6 @@ def _load(subject: tuple[str, str, str]) -> Any:
         return get_implementation(builtin, contract)
     from fuzz.loader import load_target
 
-    # `package.module:function` imported here before (or in the process this one forked from) is of an older source:
-    # import it anew (load_target executes a file TARGET anew)
-    module = sys.modules.get(name.rpartition(":")[0])
-    if module is not None:
-        importlib.reload(module)
     return load_target(name).function
 
 
@@ -172,6 +173,7 @@ def _rank_main(rank: int, world: int, port: int, device: str, connection: Any) -
         d, q = divmod(rank, sequence)
         groups[(data, sequence)] = (data_groups[q], sequence_groups[d])
     connection.send("ready")
+    imported = ImportedFiles()
     while True:
         try:
             message = connection.recv()
@@ -190,6 +192,7 @@ def _rank_main(rank: int, world: int, port: int, device: str, connection: Any) -
             reply = runner(job, groups, rank)
         except Exception as error:  # the harness's own failure on this rank
             reply = {"internal": f"{type(error).__name__}: {error}\n{traceback.format_exc()}"}
+        reply[IMPORTED] = imported.new()
         try:
             connection.send(reply)
         except (BrokenPipeError, OSError):  # the parent stopped waiting (--fail-fast, a closed pool): quietly end
@@ -211,6 +214,7 @@ class RankPool:
         one retry on a new port (another process may take the free port between its choice and its use)."""
         self.world, self.device = world, device
         self.broken: str | None = None
+        self.imported = ImportedFiles()  # the user's files the ranks imported (fuzz/engines/freshness.py)
         for attempt in range(2):
             try:
                 self._start()
@@ -241,7 +245,8 @@ class RankPool:
         """Each rank's reply, waiting on the pipes and the processes together so that a death shows at once."""
         deadline = time.monotonic() + timeout
         replies: dict[int, Any] = {}
-        failed: int | None = None  # the first rank whose call failed, during an example
+        failed: int | None = None  # the first rank whose call raised, during an example
+        grace = 0.0  # how long the others may take after it
         while len(replies) < self.world:
             waiting = [rank for rank in range(self.world) if rank not in replies]
             ready = multiprocessing.connection.wait(
@@ -254,9 +259,11 @@ class RankPool:
                     except (EOFError, OSError):
                         pass
                     else:
-                        if doing == EXAMPLE and failed is None and _failures(replies[rank]):
-                            failed = rank
-                            deadline = min(deadline, time.monotonic() + FAILED_RANK_GRACE_S)
+                        if isinstance(replies[rank], dict):
+                            self.imported.add(replies[rank].pop(IMPORTED, {}))
+                        if doing == EXAMPLE and failed is None and _raised(replies[rank]):
+                            failed, grace = rank, min(FAILED_RANK_GRACE_S, max(0.0, deadline - time.monotonic()))
+                            deadline = time.monotonic() + grace
                         continue
                 if self.connections[rank] in ready or self.processes[rank].sentinel in ready:
                     self.processes[rank].join(5)
@@ -267,7 +274,7 @@ class RankPool:
                                f"(exit code {code}: os._exit, a crash or a kill), after {len(replies)} of "
                                f"{self.world} ranks had answered")
             if not ready and time.monotonic() >= deadline and failed is not None:
-                self._fail_after(failed, replies[failed], waiting, describe)
+                self._fail_after(failed, replies[failed], waiting, describe, grace)
             if not ready and time.monotonic() >= deadline:
                 silent = ", ".join(describe(r) if describe else f"rank {r}" for r in waiting)
                 # What the ranks that did answer said: often the cause (one rank raised, the others wait
@@ -285,15 +292,16 @@ class RankPool:
         self.close()
         raise RankFailure(message, failures, traceback)
 
-    def _fail_after(self, failed: int, reply: dict[str, Any], waiting: list[int], describe: Any) -> None:
+    def _fail_after(self, failed: int, reply: dict[str, Any], waiting: list[int], describe: Any,
+                    grace: float) -> None:
         """The example's failure is `failed`'s own; the ranks still `waiting` wait for it in a collective it never
         joins: the pool is closed (the next example starts a new one)."""
         from fuzz.judge.verdict import Failure
 
         name = describe(failed) if describe else f"rank {failed}"
         silent = ", ".join(describe(r) if describe else f"rank {r}" for r in waiting)
-        message = (f"{silent} did not answer within {FAILED_RANK_GRACE_S:g} s after {name} failed: waiting for it in "
-                   "a collective it never joined (the ranks were restarted)")
+        message = (f"{silent} did not answer within {grace:.3g} s after {name} raised: waiting for it in a "
+                   "collective it never joined (the ranks were restarted)")
         self._fail(message, [Failure(f.kind, f"{name}: {f.message}") for f in _failures(reply)],
                    reply.get("traceback"))
 
@@ -339,6 +347,9 @@ _POOLS: dict[tuple[int, str], RankPool] = {}
 def pool_for(world: int, device: str) -> RankPool:
     """The live pool of this size on this device, started if there is none (or the last one broke)."""
     pool = _POOLS.get((world, device))
+    if pool is not None and pool.imported.changed():  # its ranks run a user's file as it was before an edit
+        pool.close()
+        pool = None
     if pool is None or pool.broken or not pool.processes:
         pool = _POOLS[(world, device)] = RankPool(world, device)
     return pool

@@ -30,9 +30,7 @@ class Subject:
     # function, which has the one binding it was declared with)
     bind: Callable[[Contract], Callable[..., Any]] | None = None
     draws_parameters: bool = False  # each example draws the declared parameters (the campaign's built-ins)
-    # how a rank process finds the function (fuzz/engines/cell.py, `subject_key`): a built-in, or a TARGET and the
-    # version of its source
-    key: tuple[str, str, str] | None = None
+    key: tuple[str, str] | None = None  # how a rank process finds the function (fuzz/engines/): a built-in or a TARGET
 
     def function_for(self, contract: Contract) -> Callable[..., Any] | None:
         """The function to call on a case of `contract`: its own, or where it can be bound, the one for that

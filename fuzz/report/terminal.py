@@ -199,8 +199,9 @@ def _elsewhere(kind: str, found: Sequence[tuple[CellResult, Bug]]) -> list[str]:
                                 for cell, bug in found])]
 
 
-# Numbers in a failure's first line (values, tolerances, a chunk's rows): what differs from cell to cell of one bug.
-_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|\bnan\b|\binf\b")
+# Numbers in a failure's first line (values, tolerances, a chunk's rows): what differs from cell to cell of one bug;
+# never the digits of a name (float16, R2xG1), which tell two wordings apart.
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|\bnan\b|\binf\b")
 
 
 def other_cells(kind: str, cells: Sequence[tuple[str, str, str, str]]) -> list[str]:
