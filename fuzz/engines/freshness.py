@@ -39,10 +39,15 @@ class ImportedFiles:
 
     def __init__(self) -> None:
         self.files: dict[str, Stamp] = {}
+        self.modules_seen = 0  # how many modules the process had at the last look
 
     def new(self) -> dict[str, Stamp]:
-        """The user's files this process imported since the last call, with their stamps (recorded here)."""
+        """The user's files this process imported since the last call, with their stamps (recorded here). Called
+        after every example: it looks through the modules only when there are more of them (an import happened)."""
         found: dict[str, Stamp] = {}
+        if len(sys.modules) == self.modules_seen:
+            return found
+        self.modules_seen = len(sys.modules)
         for module in list(sys.modules.values()):  # a copy: an import may run in another thread
             path = getattr(module, "__file__", None)
             if isinstance(path, str) and path not in self.files and not path.startswith(_INSTALLED):
