@@ -110,13 +110,11 @@ def _example(task: CellTask, engine: Engine, subject: Subject, state: dict[str, 
         exact_cotangents = engine.exact_cotangents(case, cotangents, split)
         exact = case.contract.vjp(case, exact_cotangents, exact_results(case))
     if state.get("fatal"):  # after the draws: Hypothesis needs every example to draw alike
-        fatal, failed = state["fatal"]
-        return replace(failed, failures=list(failed.failures), case=fatal.case)
+        return replace(state["fatal"], failures=list(state["fatal"].failures))  # with the case that did it
     try:
         verdict = engine.run(subject, case, split, cotangents, exact)
     except RankFailure as error:
-        verdict = rank_failure(error)
-        state["fatal"] = (_Failing(case, split, cotangents, [str(f) for f in verdict.failures]), verdict)
+        verdict = state["fatal"] = rank_failure(error)
     verdict.cotangents = exact_cotangents
     verdict.case = case
     if not verdict.ok:  # every failing example, by its case: each distinct bug's snippet is rendered from it

@@ -280,8 +280,7 @@ class RankPool:
                 # What the ranks that did answer said: often the cause (one rank raised, the others wait
                 # for it in a collective).
                 said = "; ".join(f"{describe(r) if describe else f'rank {r}'}: {failure}"
-                                 for r, reply in sorted(replies.items()) if isinstance(reply, dict)
-                                 for failure in reply.get("failures", [])[:1])
+                                 for r, reply in sorted(replies.items()) for failure in _failures(reply)[:1])
                 self._fail(f"{silent} did not answer within {timeout:g} s during {doing}: it hangs (a sleep, a "
                            f"deadlock, or a collective the other ranks never join); {len(replies)} of "
                            f"{self.world} ranks answered" + (f" ({said})" if said else ""))

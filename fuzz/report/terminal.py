@@ -152,22 +152,17 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
     traceback and snippet; every other cell where it shows, its first failure under it (one bug of a JAX check can
     show in 16 cells, one of a rank form in every R x G split; the JSON keeps every cell's case and snippet)."""
     lines: list[str] = []
-    first: dict[tuple[str, str, str, str], Bug] = {}  # each distinct bug's first occurrence
-    more: dict[tuple[str, str, str, str], list[tuple[CellResult, Bug]]] = {}
+    found: dict[tuple[str, str, str, str], list[tuple[CellResult, Bug]]] = {}  # each distinct bug's cells, in order
     for cell in results:
         for bug in cell.bugs:
-            key = distinct_bug(cell, bug)
-            if key in first:
-                more[key].append((cell, bug))
-            else:
-                first[key], more[key] = bug, []
+            found.setdefault(distinct_bug(cell, bug), []).append((cell, bug))
     for cell in results:
         where = f"{cell.subject} | {cell.contract} | {cell.device} {cell.dtype} | {cell.check}"
         for problem in cell.problems:
             lines += ["", *wrap(f"=== FAIL {where}: {for_terminal(problem)}")]
         for bug in cell.bugs:
-            key = distinct_bug(cell, bug)
-            if first[key] is not bug:
+            (_, first), *elsewhere = found[distinct_bug(cell, bug)]
+            if first is not bug:
                 continue
             # the cell's other bugs by kind: each has a block of its own, or a line under an earlier cell's
             others = [other.kind for other in cell.bugs if other is not bug]
@@ -180,7 +175,7 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
             if bug.traceback:
                 lines += _traceback(bug)
             lines += _snippet_lines(bug, snippet_folder)
-            lines += _elsewhere(bug.kind, more[key])
+            lines += _elsewhere(bug.kind, elsewhere)
     return lines
 
 
