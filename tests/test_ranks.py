@@ -114,12 +114,15 @@ def test_a_module_the_rank_form_imports_edited_between_two_checks_is_judged_as_i
 
 @pytest.mark.parametrize(("framework", "engine", "name", "form"), [
     ("torch", "ddp", "loss", "impls.torch_eager_accumulation import chunk_loss_on_ranks as form"),
+    ("torch", "ddp", "step", "impls.torch_eager_accumulation import chunk_loss_on_ranks as form"),
     ("jax", "jax-accumulation", "call", "impls.jax_jit_accumulation import chunk_loss_on_shards as form"),
+    ("jax", "jax-accumulation", "forward", "impls.jax_jit_accumulation import chunk_loss_on_shards as form"),
 ])
 def test_a_rank_forms_snippets_reproduce_its_bug_whatever_it_is_named(tmp_path, monkeypatch, framework, engine, name,
                                                                       form):
     """The forward and gradient snippets of a rank form named as a snippet might name its own variables (`loss`,
-    `call`) run on their own, fail on the bug (AssertionError) and fit 100 columns."""
+    `call`) or names them (`step`, `forward`: it is imported under a name of its own there) run on their own, fail
+    on the bug (AssertionError) and fit 100 columns."""
     monkeypatch.setenv(TIMEOUT_VARIABLE, "60")
     path = tmp_path / "doubled_rank_form.py"
     path.write_text(f"from {form}\n\n\ndef {name}(*args, **keywords):\n    return 2 * form(*args, **keywords)\n")
@@ -134,3 +137,6 @@ def test_a_rank_forms_snippets_reproduce_its_bug_whatever_it_is_named(tmp_path, 
         replay = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                                 cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert replay.returncode != 0 and "AssertionError" in replay.stderr, replay.stderr[-3000:]
+        # the doubled loss itself, not a snippet that calls one of its own objects in the rank form's place
+        found = "AssertionError: combined" in replay.stderr or "gradient is wrong" in replay.stderr
+        assert found, replay.stderr[-3000:]

@@ -197,3 +197,39 @@ def test_the_snippet_of_a_scripts_function_loads_the_script_without_its_main_blo
     run = _run_snippet(snippet, tmp_path / "again")
     assert run.returncode == 1 and "AssertionError: loss" in run.stderr, run.stdout + run.stderr[-2000:]
     assert "verdict" not in run.stdout  # the script's own check did not run again
+
+
+NAMED_AS_THE_SNIPPETS_OWN = """
+import numpy
+
+
+def {name}(token_losses, token_mask):
+    selected = numpy.where(token_mask, token_losses, 0).astype(numpy.float64)
+    return numpy.asarray(selected.sum() / max(token_mask.size, 1))  # the padded size, not the count
+"""
+
+
+@pytest.mark.parametrize("passed", ["value", "target"])
+@pytest.mark.parametrize("name", ["as_float64", "out", "np"])
+def test_a_function_named_as_a_name_of_the_snippet_is_still_the_one_it_calls(tmp_path, name, passed):
+    """A function named as one of the snippet's own variables or modules is imported under a name of its own, so the
+    snippet calls it and finds its bug, not one of its own objects."""
+    path = tmp_path / "named.py"
+    path.write_text(NAMED_AS_THE_SNIPPETS_OWN.format(name=name))
+    function = getattr(_module_from(path), name) if passed == "value" else f"{path}:{name}"
+    report = check(function, framework="numpy", reduction="token-mean", dtypes=["float64"], max_examples=20, seed=0,
+                   fail_fast=True)
+    snippet = report.failures[0].snippet
+    assert f"{name}_under_test = _module.{name}" in snippet and f"{name}_under_test(token_losses" in snippet
+    run = _run_snippet(snippet, tmp_path / "run")
+    assert run.returncode == 1 and "AssertionError: loss" in run.stderr, run.stderr[-2000:]
+    assert "raised" not in run.stderr, run.stderr[-2000:]
+
+
+def test_a_function_named_as_nothing_of_the_snippet_keeps_its_import():
+    from fuzz.report.callee import imported_as
+    assert imported_as(("from pkg.losses import step",), "step", "step_under_test") == (
+        "from pkg.losses import step as step_under_test",)
+    assert imported_as(("import os", "loss = _module.loss"), "loss", "x") == ("import os", "x = _module.loss")
+    assert imported_as(("def forward(a):", "    return a"), "forward", "f") == (
+        "def forward(a):", "    return a", "f = forward")

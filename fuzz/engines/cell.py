@@ -27,6 +27,7 @@ from fuzz.judge.anchors import fixed_cases
 from fuzz.judge.draws import draw_cotangents, drawer
 from fuzz.judge.subject import Subject
 from fuzz.judge.verdict import Verdict
+from fuzz.report.callee import snippet_under_free_name
 from fuzz.report.results import Bug, CellResult
 from fuzz.run.calls import CallTimedOut, Watcher
 from fuzz.run.cell import fuzz_cell
@@ -144,7 +145,9 @@ def run_sharded_cell(task: CellTask, watcher: Watcher | None = None, subject: Su
 
     def bug(subject: Subject, case: Case, verdict: Verdict) -> Bug:
         failing = state["failing"][id(case)]
-        snippet = engine.snippet(subject, failing.case, failing.split, failing.cotangents, failing.failures)
+        snippet = snippet_under_free_name(  # the function under a name the snippet's own code does not bind
+            lambda chosen: engine.snippet(chosen, failing.case, failing.split, failing.cotangents, failing.failures),
+            subject)
         return Bug(verdict.kind, [str(failure) for failure in verdict.failures], case, snippet, verdict.traceback)
 
     started = time.perf_counter()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fuzz.report.callee import snippet_under_free_name
 from fuzz.report.texts import for_terminal
 from impls.frameworks import SnippetSyntax, adapter_class
 from impls.layouts import numpy_writeable, strided_view
@@ -195,7 +196,12 @@ def _forward_lines(syntax: SnippetSyntax, source: SnippetSource, case: Case) -> 
 def snippet_for(source: SnippetSource, case: Case, failures: list[str],
                 cotangents: dict[str, np.ndarray] | None = None) -> str:
     """Python source that rebuilds `case`, calls the function and asserts what failed; with `cotangents`, it
-    checks the VJP for them instead."""
+    checks the VJP for them instead. The function is called by its name, unless the snippet's own code binds it
+    (fuzz/report/callee.py)."""
+    return snippet_under_free_name(lambda chosen: _snippet(chosen, case, failures, cotangents), source)
+
+
+def _snippet(source: SnippetSource, case: Case, failures: list[str], cotangents: dict[str, np.ndarray] | None) -> str:
     syntax = adapter_class(source.framework).snippet_syntax(case)
     contract = case.contract
     lines = [
