@@ -6,12 +6,13 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from fuzz.report.results import Bug, CellResult
-from fuzz.report.terminal import SNIPPET_LINES, WIDTH, bugs, progress_line, summary
+from fuzz.report.terminal import SNIPPET_LINES, WIDTH, bugs, progress_line, snippet_file, summary
 from reference.case import Case
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,6 +215,19 @@ def test_a_snippet_of_large_inputs_goes_to_a_file(tmp_path):
     assert len(written) == 1 and written[0].read_text() == snippet
     assert any(str(written[0])[:40] in line for line in lines)
     assert any(line.startswith("  minimal case:") for line in lines) and any("- y" in line for line in lines)
+
+
+def test_a_snippet_found_again_replaces_its_file(tmp_path, monkeypatch):
+    """Snippet files are named by their content, in this user's folder under the temporary one by default: a rerun
+    that finds the same failure writes no second file, and another failure gets a file of its own."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    snippet = "x = [" + ", ".join(["0.1"] * 40000) + "]\nassert False\n"
+    first, again = (snippet_file(snippet, None) for _ in range(2))
+    other = snippet_file(snippet + "# another\n", None)
+    assert first == again and other != first and Path(first).parent == Path(other).parent
+    assert Path(first).parent.parent == tmp_path and Path(first).read_text() == snippet
+    assert sorted(path.name for path in Path(first).parent.iterdir()) == sorted([Path(first).name, Path(other).name])
+    assert Path(first).name in "".join(line.strip() for line in bugs([_cell(snippet)]))
 
 
 def test_a_snippet_sent_to_a_file_says_why(tmp_path):

@@ -7,6 +7,7 @@ literals, or lines wider than the terminal) is written to a file, and its path p
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
@@ -14,6 +15,7 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from fuzz.report.files import write_atomically
 from fuzz.report.results import Bug, CellResult, bug_key, case_title, split_and_pass
 from fuzz.report.texts import for_terminal, is_compile_failure, shorten
 from reference.dtypes import DTYPE_NAMES
@@ -124,15 +126,35 @@ def summary(results: Sequence[CellResult]) -> list[str]:
     return [header, "-" * len(header), *body, *(wrapped for note in notes for wrapped in wrap(note))]
 
 
+def snippet_file(snippet: str, folder: str | None) -> str:
+    """A file holding `snippet`, named by its content: the same failure found again (a rerun, same seed) replaces
+    its file instead of adding one. In `folder`, or in this user's own folder under the system's temporary one (a
+    check writes nothing where it runs unless asked)."""
+    name = f"snippet-{hashlib.sha256(snippet.encode()).hexdigest()[:16]}.py"
+    if folder is not None:
+        write_atomically(os.path.join(folder, name), snippet)
+        return os.path.join(folder, name)
+    user = os.getuid() if hasattr(os, "getuid") else None
+    own = os.path.join(tempfile.gettempdir(), f"lossnorm-snippets-{user if user is not None else 'user'}")
+    try:
+        os.makedirs(own, mode=0o700, exist_ok=True)
+        if user is not None and os.stat(own).st_uid != user:
+            raise PermissionError(f"{own} belongs to another user")
+        write_atomically(os.path.join(own, name), snippet)
+        return os.path.join(own, name)
+    except OSError:  # that folder is not this user's, or cannot be made: a new file in the temporary folder
+        handle, path = tempfile.mkstemp(prefix="snippet-", suffix=".py")
+        with os.fdopen(handle, "w") as file:
+            file.write(snippet)
+        return path
+
+
 def _snippet_lines(bug: Bug, folder: str | None) -> list[str]:
-    """The snippet itself where it fits the terminal, else a file holding it (in `folder`, or a temporary one: a
-    check writes nothing where it runs unless asked) and its path."""
+    """The snippet itself where it fits the terminal, else the file holding it (snippet_file) and its path."""
     lines = bug.snippet.splitlines()
     if len(lines) <= SNIPPET_LINES and all(len(line) <= WIDTH for line in lines):
         return ["  reproduce with this snippet:", "", *lines]
-    handle, path = tempfile.mkstemp(prefix="snippet-", suffix=".py", dir=folder)
-    with os.fdopen(handle, "w") as file:
-        file.write(bug.snippet)
+    path = snippet_file(bug.snippet, folder)
     size = f"{len(lines)} lines, {len(bug.snippet) // 1024 + 1} KB"
     wide = sum(len(line) > WIDTH for line in lines)
     why = (f"more than the {SNIPPET_LINES} lines printed here" if len(lines) > SNIPPET_LINES else
