@@ -121,7 +121,7 @@ class Report:
             if first.snippet:
                 lines += ["reproduce with this snippet:", "", first.snippet.rstrip("\n")]
             if others:
-                lines += ["", f"the same kind in {len(others)} more cell{'s' * (len(others) != 1)} (each one's case "
+                lines += ["", f"the same bug in {len(others)} more cell{'s' * (len(others) != 1)} (each one's case "
                               "and snippet: Report.failures):",
                           *other_cells(first.kind, [(f.device, f.dtype, f.check, f.message) for f in others])]
             texts.append(joined(lines))

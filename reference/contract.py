@@ -238,6 +238,9 @@ class Contract:
     keywords: tuple[str, ...] = ()
     # a wrong value explained in the contract's terms ("equals seq-mean-token-sum / 16, the padded width")
     explain: Callable[[Case, Arrays], str | None] | None = None
+    # a wrong gradient explained so, from the case, the cotangents and the gradients by input name ("it is the
+    # gradient of the exact token-mean, where seq-mean-token-mean is declared?")
+    explain_gradient: Callable[[Case, Arrays, Arrays], str | None] | None = None
     # a per-chunk function of a split step (micro-batches, ranks): how it is called and combined; None if not one
     chunked: ChunkedCall | None = None
 

@@ -473,31 +473,47 @@ EPSILONS = (1e-8, 1e-6)
 CLAMP_INSTEAD = "(clamp it to 1 instead)"
 
 
-def _epsilon_candidates(expected: Exact, tokens: int, divisor: int) -> list[tuple[str, float]]:
+# A candidate: what a wrong implementation of the declared mode often computes instead, as its row weights w_i
+# (the loss is sum_i w_i S_i and its gradient c m_it w_i: every such mistake is linear in the losses), with what
+# it says about the code.
+Candidate = tuple[str, np.ndarray]
+
+
+def _uniform(expected: Exact, weight: float) -> np.ndarray:
+    return np.full(expected.batch, weight)
+
+
+def _per_row(expected: Exact, counts: np.ndarray, scale: float) -> np.ndarray:
+    """w_i = 1 / (scale n_i) for the rows with a selected token, 0 for the others (a row mean's weights)."""
+    return np.where(expected.counts > 0, 1.0 / (scale * np.where(expected.counts > 0, counts, 1.0)), 0.0)
+
+
+def _epsilon_candidates(expected: Exact, tokens: int, divisor: int) -> list[Candidate]:
     """The declared mode with an epsilon added to its divisor (N, D or D L_max), and for the per-sequence mean to
-    the rows' n_i (alone, and with D's), each exactly rounded."""
+    the rows' n_i (alone, and with D's)."""
     mode, found = expected.mode, []
-    numerator, denominator, named = {  # the mode's loss as numerator / denominator, and how the text names it
-        TOKEN_MEAN: (expected.total, tokens, ("the exact sum / (N + {eps}): ", "the token count")),
-        SEQ_MEAN_TOKEN_SUM: (expected.total, divisor, ("the exact {mode} with D + {eps}: ", "the row count")),
-        SEQ_MEAN_TOKEN_MEAN: (expected.row_means, divisor, ("the exact {mode} with D + {eps}: ", "the row count")),
-        SEQ_MEAN_TOKEN_SUM_NORM: (expected.total, divisor * float(expected.l_max or 1.0),
+    denominator, named = {  # the mode's loss as its numerator over this denominator, and how the text names it
+        TOKEN_MEAN: (tokens, ("the exact sum / (N + {eps}): ", "the token count")),
+        SEQ_MEAN_TOKEN_SUM: (divisor, ("the exact {mode} with D + {eps}: ", "the row count")),
+        SEQ_MEAN_TOKEN_MEAN: (divisor, ("the exact {mode} with D + {eps}: ", "the row count")),
+        SEQ_MEAN_TOKEN_SUM_NORM: (divisor * float(expected.l_max or 1.0),
                                   ("the exact {mode} with D L_max + {eps}: ", "the divisor")),
-    }.get(mode, (0.0, 0, ("", "")))
+    }.get(mode, (0, ("", "")))
+    counts = expected.counts.astype(np.float64)
     for eps in EPSILONS:
         if denominator:
-            found.append((named[0].format(mode=mode, eps=f"{eps:g}") + f"an epsilon added to {named[1]} "
-                          f"{CLAMP_INSTEAD}?", numerator / (denominator + eps)))
+            text = named[0].format(mode=mode, eps=f"{eps:g}") + f"an epsilon added to {named[1]} {CLAMP_INSTEAD}?"
+            weights = (_per_row(expected, counts, 1.0) if mode == SEQ_MEAN_TOKEN_MEAN else _uniform(expected, 1.0))
+            found.append((text, weights / (denominator + eps)))
         if mode == SEQ_MEAN_TOKEN_MEAN and divisor:
-            means = math.fsum(s / (n + eps) for s, n in zip(expected.row_sums, expected.counts) if n > 0)
             found.append((f"the exact {mode} with each row's n_i + {eps:g}: an epsilon added to the rows' counts "
-                          f"{CLAMP_INSTEAD}?", means / divisor))
+                          f"{CLAMP_INSTEAD}?", _per_row(expected, counts + eps, divisor)))
             found.append((f"the exact {mode} with n_i + {eps:g} and D + {eps:g}: an epsilon added to every count "
-                          f"{CLAMP_INSTEAD}?", means / (divisor + eps)))
+                          f"{CLAMP_INSTEAD}?", _per_row(expected, counts + eps, divisor + eps)))
     return found
 
 
-def _half_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[tuple[str, float]]:
+def _half_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[Candidate]:
     """The declared mode with its counts (N, or each row's n_i) rounded to a half-precision dtype, as a mask cast
     to the losses' half dtype, or to a model's compute dtype whatever the losses', and summed keeps them:
     bfloat16 counts by ones only to 256, float16 to 2048."""
@@ -507,39 +523,50 @@ def _half_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[t
             rounded = float(round_to(np.array(tokens), half))
             if rounded != tokens:
                 found.append((f"the exact sum / {rounded:g}, N = {tokens} rounded to {half}: the token count kept in "
-                              f"{half} (a mask cast to a half-precision dtype and summed)?", expected.total / rounded))
+                              f"{half} (a mask cast to a half-precision dtype and summed)?",
+                              _uniform(expected, 1.0 / rounded)))
         if expected.mode == SEQ_MEAN_TOKEN_MEAN and divisor:
             counts = round_to(expected.counts, half)
             if np.any(counts != expected.counts):
-                means = math.fsum(s / n for s, n in zip(expected.row_sums, counts) if n > 0)
                 found.append((f"the exact {expected.mode} with each row's n_i rounded to {half}: the counts kept in "
-                               f"{half} (a mask cast to a half-precision dtype and summed)?", means / divisor))
+                              f"{half} (a mask cast to a half-precision dtype and summed)?",
+                              _per_row(expected, counts, divisor)))
     return found
 
 
-def _candidates(expected: Exact, got: float) -> list[tuple[str, float]]:
-    """Exact values of what a wrong implementation of the declared mode often computes instead, each with what it
-    says about the code; the declared mode's own slips first, then the other modes and conventions. `got`, the
-    wrong value, names the one slip read off it: fixed length with another whole L_max than the declared one."""
+def _mode_weights(expected: Exact, mode: str, rows: str, l_max: float) -> np.ndarray:
+    """The row weights of `mode` under the rows convention `rows` on the case of `expected`."""
+    other = Exact(expected.loss, mode, rows, l_max, expected.counts, expected.row_sums, expected.magnitudes,
+                  expected.total, expected.row_means, expected.tokens)
+    return row_weights(other)
+
+
+def _candidates(expected: Exact, observed: float | None) -> list[Candidate]:
+    """What a wrong implementation of the declared mode often computes instead, each with what it says about the
+    code; the declared mode's own slips first, then the other modes and conventions. `observed`, the weight a
+    wrong result implies where every row has one (the loss over T, a selected token's gradient over c), names
+    the one slip read off it: fixed length with another whole L_max than the declared one."""
     mode, rows, l_max = expected.mode, expected.rows, expected.l_max
     tokens, padded, batch = int(expected.counts.sum()), expected.tokens, expected.batch
     divisor = expected.rows_divisor()
-    found: list[tuple[str, float]] = []
+    found: list[Candidate] = []
     if mode == SEQ_MEAN_TOKEN_SUM_NORM and divisor:
         if padded:
             found.append((f"the exact {mode} with L_max = {padded}, the padded width: L_max taken from the shape?",
-                          expected.total / (divisor * padded)))
-        found.append((f"the exact {mode} without the 1/D: sum / L_max alone?", expected.total / float(l_max or 1.0)))
+                          _uniform(expected, 1.0 / (divisor * padded))))
+        found.append((f"the exact {mode} without the 1/D: sum / L_max alone?",
+                      _uniform(expected, 1.0 / float(l_max or 1.0))))
     if mode != TOKEN_SUM:
         if batch and padded:
             found.append((f"the mean over all {batch}x{padded} positions: .mean() over the padding too?",
-                          expected.total / (batch * padded)))
+                          _uniform(expected, 1.0 / (batch * padded))))
         clamped = int(np.maximum(expected.counts, 1).sum())
         if clamped != tokens and clamped:
             found.append((f"the exact sum / {clamped}: a per-row clamp(min=1) summed into N (N = {tokens})?",
-                          expected.total / clamped))
+                          _uniform(expected, 1.0 / clamped)))
     if mode == SEQ_MEAN_TOKEN_MEAN and divisor:
-        found.append(("the per-sequence mean divided by D twice?", expected.row_means / divisor / divisor))
+        found.append(("the per-sequence mean divided by D twice?",
+                      _per_row(expected, expected.counts.astype(np.float64), divisor * divisor)))
     found.extend(_epsilon_candidates(expected, tokens, divisor))
     found.extend(_half_count_candidates(expected, tokens, divisor))
     # the declared mode with the other rows convention first: a slip of the declared mode, likelier than another
@@ -548,22 +575,26 @@ def _candidates(expected: Exact, got: float) -> list[tuple[str, float]]:
         for convention in (ROWS if candidate in ROW_MODES else ("all",)):
             if (candidate, convention) == (mode, rows if mode in ROW_MODES else "all"):
                 continue
-            value = _loss(candidate, expected.total, expected.row_means, tokens, expected.rows_divisor(convention),
-                          l_max or CAMPAIGN_L_MAX)
+            weights = _mode_weights(expected, candidate, convention, l_max or CAMPAIGN_L_MAX)
             if candidate == mode:  # the other rows convention
                 counted = "every row" if convention == "all" else "only the rows with a selected token"
                 found.append((f"the exact {mode} with D counting {counted}: rows={convention}, where rows={rows} "
-                               "is declared?", value))
+                              "is declared?", weights))
             else:
                 name = candidate + (f" (rows={convention})" if candidate in ROW_MODES else "")
-                found.append((f"the exact {name}, where {mode} is declared?", value))
+                found.append((f"the exact {name}, where {mode} is declared?", weights))
     if mode == SEQ_MEAN_TOKEN_SUM_NORM and divisor:  # read off the value, so the least likely: last
-        ratio = expected.total / (divisor * got) if got else math.inf
+        ratio = 1.0 / (divisor * observed) if observed else math.inf
         implied = round(ratio) if math.isfinite(ratio) else 0
         if _a_length_constant(implied) and implied not in (l_max, padded):
             found.append((f"the exact {mode} with L_max = {implied}, where L_max = {l_max:g} is declared: another "
-                          "constant in the code?", expected.total / (divisor * implied)))
+                          "constant in the code?", _uniform(expected, 1.0 / (divisor * implied))))
     return found
+
+
+def _value(expected: Exact, weights: np.ndarray) -> float:
+    """A candidate's loss, sum_i w_i S_i, rounded once."""
+    return math.fsum(float(w) * float(s) for w, s in zip(weights, expected.row_sums) if w)
 
 
 def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
@@ -579,13 +610,44 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
     if not math.isfinite(got):
         return None
     scale = max(float(tolerance(expected, case.dtype)[LOSS]), 1e-300)
-    exact = float(expected.loss)
-    matches = [(text, value) for text, value in _candidates(expected, got)
-               if abs(got - value) <= 2 * scale + 8 * unit_roundoff(case.dtype) * abs(value)
-               and abs(value - exact) > scale and abs(got - value) < abs(got - exact)]
+    exact_loss = float(expected.loss)
+    observed = got / expected.total if expected.total else None
+    matches = []
+    for text, weights in _candidates(expected, observed):
+        value = _value(expected, weights)
+        if (abs(got - value) <= 2 * scale + 8 * unit_roundoff(case.dtype) * abs(value)
+                and abs(value - exact_loss) > scale and abs(got - value) < abs(got - exact_loss)):
+            matches.append((text, value))
     if not matches:
         return None
     return f"it equals {matches[0][1]:.6g}, " + "; or ".join(text for text, _ in matches[:3])
+
+
+def explain_gradient(case: Case, cotangents: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> str | None:
+    """A wrong gradient of the losses named as `explain` names a wrong loss: where it is, within the contract's
+    allowance, c m_it w_i for the row weights w_i of one of the usual mistakes (out of tolerance itself, and
+    nearer the gradient than the declared mode's is). A backward that weighs the tokens as another mode does
+    (a custom kernel's, a hand-written one) is named so even where the loss is right."""
+    gradient = got.get(LOSSES)
+    cotangent = float(np.asarray(cotangents[LOSS]))
+    mask = case.token_mask
+    if gradient is None or not cotangent or not mask.any() or not np.isfinite(gradient).all() or (
+            gradient[~mask] != 0).any():
+        return None
+    exact_gradients = case_vjp(case, cotangents, exact_results(case))
+    expected, want = exact_gradients.expected, exact_gradients.token_losses
+    bound = gradient_tolerance(exact_gradients, cotangents, case.dtype)[LOSSES][0]  # the contract precision
+    observed = float(np.median(gradient[mask])) / cotangent
+    matches = []
+    for text, weights in _candidates(expected, observed):
+        candidate = np.where(mask, (cotangent * weights)[:, None], 0.0)
+        allowance = 2 * bound + 8 * unit_roundoff(case.dtype) * np.abs(candidate)
+        if ((np.abs(gradient - candidate) <= allowance).all() and (np.abs(candidate - want) > bound).any()
+                and np.abs(gradient - candidate).sum() < np.abs(gradient - want).sum()):
+            matches.append(text)
+    if not matches:
+        return None
+    return "it is the gradient of " + "; or of ".join(matches[:3])
 
 
 # -------------------------------------------------------------------------------------------------- record
@@ -688,4 +750,5 @@ CONTRACT = Contract(
     parameter_menu=CAMPAIGN_PARAMETERS,
     parameter_label=_label,
     explain=explain,
+    explain_gradient=explain_gradient,
 )

@@ -204,3 +204,37 @@ def test_each_ranks_own_count_is_a_cause_only_where_the_function_counts_for_itse
     in_process = explain_combination(case, chunks, 2, 2, own_means)
     assert "does each rank divide by its own token count (or rows), not the step's all-reduced" in rank_form
     assert "mean of micro-batch means" in in_process and "does each rank" not in in_process
+
+
+def test_a_wrong_gradient_is_named_as_the_formula_whose_gradient_it_is():
+    """The book's example, per-sequence declared: a backward that gives every selected token c / N (token-mean's
+    weights) is named as that mistake; the declared mode's own gradient, and a gradient not 0 at a masked
+    position (reported as what it is), are not explained."""
+    from reference.reduction import case_vjp, explain_gradient
+
+    contract = get_contract("reduction")
+    example = next(example for example in contract.examples if example.name == "the book's example, per-sequence")
+    case = _case(contract, example, "float32", "cpu")
+    cotangents = {"loss": np.array(0.75)}
+    mask = case.token_mask
+    token_mean = np.where(mask, 0.75 / 15, 0.0)
+    assert explain_gradient(case, cotangents, {"token_losses": token_mean}) == (
+        "it is the gradient of the exact token-mean, where seq-mean-token-mean is declared?")
+    right = case_vjp(case, cotangents).token_losses
+    assert explain_gradient(case, cotangents, {"token_losses": right}) is None
+    assert explain_gradient(case, cotangents, {"token_losses": np.where(mask, 0.75 / 15, 1.0)}) is None
+
+
+def test_a_fixed_length_gradient_with_another_whole_constant_is_named_with_it():
+    """Fixed length declared with L_max = 10: a backward dividing by D 1024 names 1024 as the constant in the code,
+    as a loss divided by it does."""
+    from reference.reduction import explain_gradient
+
+    contract = get_contract("reduction")
+    example = next(example for example in contract.examples if example.name == "the book's example, fixed-length")
+    case = _case(contract, example, "float64", "cpu")
+    cotangents = {"loss": np.array(-2.0)}
+    gradient = np.where(case.token_mask, -2.0 / (2 * 1024), 0.0)
+    assert explain_gradient(case, cotangents, {"token_losses": gradient}) == (
+        "it is the gradient of the exact seq-mean-token-sum-norm with L_max = 1024, where L_max = 10 is declared: "
+        "another constant in the code?")

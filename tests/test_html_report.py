@@ -168,9 +168,10 @@ def test_one_bug_of_a_rank_form_is_one_card_over_its_splits_and_passes():
     cells = [cell(f"shard_map ranks {split}{suffix}", "raised ValueError")
              for split in ("R1xG2", "R2xG2") for suffix in ("", " gradients")]
     cells += [cell("shard_map ranks R1xG2 gradients", "d x out of tolerance"), cell("forward", "raised ValueError")]
+    cells += [cell("shard_map ranks R2xG1", "loss out of tolerance")]  # the same wrong value, forward
     groups = bug_groups(cells)
     assert [(group.engine, group.kind, len(group.occurrences)) for group in groups] == [
-        ("shard_map ranks", "raised ValueError", 4), ("shard_map ranks", "d x out of tolerance", 1),
+        ("shard_map ranks", "raised ValueError", 4), ("shard_map ranks", "d x out of tolerance", 2),
         ("", "raised ValueError", 1)]
     page = render_html({"command": "check", "cells": cells, "ok": False})
     assert "Bugs (3 distinct)" in page and "cpu · shard_map ranks R2xG2 gradients · float32" in page

@@ -64,9 +64,9 @@ def test_a_bug_in_every_dtype_raises_with_its_snippet_once():
         report.raise_for_failures()
     message = str(raised.value)
     assert message.count("reproduce with this snippet") == len(kinds)
-    assert message.count("the same kind in 1 more cell ") == len(kinds) and "- forward in cpu float64: " in message
+    assert message.count("the same bug in 1 more cell ") == len(kinds) and "- forward in cpu float64: " in message
     first, rest = message.split("reproduce with this snippet:")
-    items = rest[rest.index("the same kind in"):]
+    items = rest[rest.index("the same bug in"):]
     assert all(len(line) <= 100 for line in (first + items).splitlines())
 
 

@@ -100,7 +100,7 @@ def test_a_kind_shown_again_is_one_line_under_its_first_cell_without_its_kind():
     lines = bugs(cells)
     text = "\n".join(lines)
     assert text.count("=== FAIL") == 2 and text.count("reproduce with this snippet") == 2
-    assert text.count("the same kind in 3 more cells") == 2
+    assert text.count("the same bug in 3 more cells") == 2
     block = text[text.index("=== FAIL f |"):text.index("=== FAIL g |")]
     # an item per wording: the cells whose messages read alike share one
     assert _items(block) == ["  - forward in cpu float64, cpu:1 float64: boom in float64",
@@ -122,11 +122,11 @@ def test_a_cell_with_several_bugs_names_its_others_wherever_they_are_shown():
 
 
 def _items(text: str) -> list[str]:
-    """The items under a block's "the same kind in N more cells", each with its wrapped lines joined."""
+    """The items under a block's "the same bug in N more cells", each with its wrapped lines joined."""
     items: list[str] = []
     listed = False
     for line in text.splitlines():
-        listed = listed or line.startswith("  the same kind in ")
+        listed = listed or line.startswith("  the same bug in ")
         if listed and line.startswith("  - "):
             items.append(line)
         elif listed and line.startswith("      ") and items:
@@ -190,10 +190,16 @@ def test_the_other_cells_of_a_bug_are_one_item_per_split_and_wording():
         "  - forward in cpu float64: loss has dtype float32, expected float32"]
 
 
-def test_a_value_bug_of_the_loss_and_of_its_gradient_are_two_bugs():
-    """A gradient check judges the gradients by kinds of their own: a wrong loss and a wrong gradient are two."""
+def test_a_wrong_loss_and_its_wrong_gradient_are_one_bug():
+    """A wrong value is one kind of bug, forward or gradient: a wrong formula's gradient is that formula's. What only
+    the backward raised stays a bug of its own."""
     cells = [_failing("f", "forward", "loss out of tolerance"), _failing("f", "gradients", "d x out of tolerance")]
-    assert any("2 of 2 cells fail: 2 distinct bugs." in line for line in summary(cells))
+    assert any("2 of 2 cells fail: 1 distinct bug." in line for line in summary(cells))
+    text = "\n".join(bugs(cells))
+    assert text.count("=== FAIL") == 1
+    assert _items(text) == ["  - gradients in cpu float32: d x out of tolerance: in gradients"]
+    cells.append(_failing("f", "gradients", "backward raised ValueError"))
+    assert any("3 of 3 cells fail: 2 distinct bugs." in line for line in summary(cells))
 
 
 def test_the_progress_lines_of_one_target_keep_one_label_in_every_dtype():
@@ -233,11 +239,11 @@ def test_a_snippet_found_again_replaces_its_file(tmp_path, monkeypatch):
 def test_a_snippet_sent_to_a_file_says_why(tmp_path):
     """A short snippet with one wide line (a long path) is not "too large": the message names what kept it out."""
     wide = "x = 1\n# " + "w" * WIDTH + "\n"
-    text = " ".join(bugs([_cell(wide)], snippet_folder=str(tmp_path)))
+    text = " ".join(" ".join(bugs([_cell(wide)], snippet_folder=str(tmp_path))).split())  # its lines rejoined
     assert f"1 line wider than the {WIDTH} columns printed here" in text and "too large" not in text
     long = "x = 1\n" * (SNIPPET_LINES + 1)
-    assert f"more than the {SNIPPET_LINES} lines printed here" in " ".join(bugs([_cell(long)],
-                                                                                snippet_folder=str(tmp_path)))
+    text = " ".join(" ".join(bugs([_cell(long)], snippet_folder=str(tmp_path))).split())
+    assert f"more than the {SNIPPET_LINES} lines printed here" in text
 
 
 def test_the_summary_counts_the_cells_that_do_not_apply():

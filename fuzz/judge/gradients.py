@@ -105,10 +105,13 @@ def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Any, cotan
         verdict.ulps = max(verdict.ulps, float(np.max(ulp_error(got, want, case.dtype, scale), initial=0.0)))
         if verdict.error_ratios[name] > 1 and np.isfinite(got).all():
             at = np.unravel_index(int(np.argmax(ratios)), ratios.shape)
+            hint = (contract.explain_gradient(case, cotangents, {spec.name: got})
+                    if contract.explain_gradient is not None else None)
             verdict.fail(
                 out_of_tolerance(name),
                 f"{name}{list(map(int, at))} = {float(got[at])!r}, expected {float(want[at])!r} "
-                f"(err/tol = {verdict.error_ratios[name]:.3g}, tol = {float(bound[at]):.3g})",
+                f"(err/tol = {verdict.error_ratios[name]:.3g}, tol = {float(bound[at]):.3g})"
+                + (f": {hint}" if hint else ""),
             )
     return verdict
 

@@ -191,13 +191,15 @@ class BugGroup:
 
 def bug_groups(cells: Sequence[dict[str, Any]]) -> list[BugGroup]:
     found: dict[tuple[str, str, str, str], list[tuple[int, int]]] = {}
+    kinds: dict[tuple[str, str, str, str], str] = {}  # each group's first kind, its card's title
     for index, cell in enumerate(cells):
         for number, bug in enumerate(cell.get("bugs") or []):
             key = bug_key(str(cell.get("implementation")), str(cell.get("contract")), str(cell.get("check")),
                           bug["kind"])
             found.setdefault(key, []).append((index, number))
-    return [BugGroup(n, kind, impl, contract, engine, tuple(where))
-            for n, ((impl, contract, engine, kind), where) in enumerate(found.items(), 1)]
+            kinds.setdefault(key, bug["kind"])
+    return [BugGroup(n, kinds[key], key[0], key[1], key[2], tuple(where))
+            for n, (key, where) in enumerate(found.items(), 1)]
 
 
 def cell_problems(cell: dict[str, Any]) -> list[str]:

@@ -42,13 +42,24 @@ def split_and_pass(check: str) -> str:
     return " ".join(word for word in check.split() if word in _PASSES or _SPLIT.match(word))
 
 
+# What every "<output> out of tolerance" and "d <input> out of tolerance" kind is one of, in a report: a wrong value.
+WRONG_VALUE = "a value out of tolerance"
+
+
+def bug_family(kind: str) -> str:
+    """What tells two bugs apart in a report: the kind, except that a wrong output and a wrong gradient are one
+    wrong value. The gradient of a wrong formula is that formula's gradient (one mistake, found by both checks),
+    and where only the backward is wrong the forward cells conform; each cell's own wording stays under the bug."""
+    return WRONG_VALUE if kind.endswith(" out of tolerance") else kind
+
+
 def bug_key(implementation: str, contract: str, check: str, kind: str) -> tuple[str, str, str, str]:
-    """One distinct bug, as every report counts and groups them: one kind of failure of one implementation under
-    one bound contract on one engine (or in process), wherever it shows: every device and dtype, every split of
-    the engine, the forward and the gradient check alike. A gradient check names what its forward raised as the
-    forward check does (fuzz/judge/verdict.py, `named_by_forward_alone`) and its own failures by kinds of their
-    own (`d <input> out of tolerance`, `backward raised ...`), so one kind in both checks is one bug."""
-    return implementation, contract, engine_of(check), kind
+    """One distinct bug, as every report counts and groups them: one kind of failure (`bug_family`) of one
+    implementation under one bound contract on one engine (or in process), wherever it shows: every device and
+    dtype, every split of the engine, the forward and the gradient check alike. A gradient check names what its
+    forward raised as the forward check does (fuzz/judge/verdict.py, `named_by_forward_alone`) and what only its
+    backward raised by a kind of its own (`backward raised ...`), so one kind in both checks is one bug."""
+    return implementation, contract, engine_of(check), bug_family(kind)
 
 
 def case_title(labels: Iterable[str]) -> str:

@@ -210,7 +210,7 @@ def _elsewhere(kind: str, found: Sequence[tuple[CellResult, Bug]]) -> list[str]:
     """The other cells where a bug shows, under its block."""
     if not found:
         return []
-    return ["", *wrap(f"  the same kind in {len(found)} more cell{'s' * (len(found) != 1)} (each one's minimal case "
+    return ["", *wrap(f"  the same bug in {len(found)} more cell{'s' * (len(found) != 1)} (each one's minimal case "
                       "and snippet: --json, or the API's Report.failures):"),
             *other_cells(kind, [(cell.device, cell.dtype, cell.check, bug.failures[0] if bug.failures else "")
                                 for cell, bug in found])]
