@@ -96,6 +96,13 @@ def parse_cpus(text: str) -> set[int]:
     return cpus
 
 
+def _framework_choices() -> tuple[str, ...]:
+    """`check --framework`'s choices (names only: no framework is imported)."""
+    from impls.frameworks import check_modes
+
+    return tuple(check_modes())
+
+
 def _report_path(text: str) -> Path:
     """A report's path, refused before the run if it cannot be written (as the fuzzer's --json and --html)."""
     from fuzz.report.files import unwritable_reason
@@ -153,6 +160,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "current directory)")
     parser.add_argument("--no-save", action="store_true",
                         help="do not autosave the run (nor make .benchmarks/ in the current directory)")
+    yours = parser.add_argument_group(
+        "your own function", "timed beside the built-ins of its contract and the floor, in one run; loaded\n"
+        "and run as `python -m fuzz check` runs it (the same TARGET, --framework and declared contract),\n"
+        "and checked against the exact reference under the contract's tolerance before it is timed")
+    yours.add_argument("--target", metavar="TARGET",
+                       help="package.module:function or path/to/file.py:function, with --framework; its contract is "
+                       "the loss reduction where --reduction is given, else the magnitude diagnostic")
+    yours.add_argument("--framework", choices=_framework_choices(), metavar="FRAMEWORK",
+                       help=f"how TARGET runs ({', '.join(_framework_choices())}); torch-compile and jax time it "
+                       "compiled")
+    yours.add_argument("--rows", choices=("all", "nonempty"),
+                       help="what D counts in TARGET's reduction, as `check --rows`; default: all")
+    yours.add_argument("--l-max", type=float, metavar="L",  # the contract checks it: a length of at least 1
+                       help="L_max of TARGET's fixed-length reduction, as `check --l-max`")
     parser.add_argument("--cpus", type=parse_cpus,
                         help="comma-separated CPU ids or ranges to pin the run to (e.g. 0): every framework then "
                         "sizes its threads to them; steadier numbers on a shared machine")
@@ -182,7 +203,40 @@ def pytest_command(args: argparse.Namespace, out: Path, storage: Path) -> list[s
             command.append(f"--bench-{option}={','.join(getattr(args, option))}")
     if args.reduction:
         command.append(f"--bench-reduction={args.reduction}")
+    if args.target:
+        command += [f"--bench-target={args.target}", f"--bench-framework={args.framework}"]
+        command += [f"--bench-rows={args.rows}"] if args.rows else []
+        command += [f"--bench-l-max={args.l_max!r}"] if args.l_max is not None else []
     return command + list(args.pytest_args)
+
+
+def user_target_error(args: argparse.Namespace) -> str | None:
+    """Why `--target` and the options that go with it do not make a run, or None: checked before the run, with
+    the function loaded (its framework imported) as `check` loads it."""
+    if not args.target:
+        for option in ("framework", "rows", "l_max"):
+            if getattr(args, option) is not None:
+                return f"argument --{option.replace('_', '-')}: it says how --target runs: it needs --target"
+        return None
+    if not args.framework:
+        return f"argument --target: it needs --framework (how the function runs: {', '.join(_framework_choices())})"
+    from bench.plan import UserTarget
+
+    try:
+        user = UserTarget.declared(args.target, args.framework, args.reduction, args.rows, args.l_max)
+    except ValueError as error:  # it names the option
+        return str(error)
+    if args.contracts and list(args.contracts) != [user.contract]:
+        return (f"argument --contracts: --target is timed beside the built-ins of its own contract, {user.contract} "
+                f"(the loss reduction where --reduction is given), not {','.join(args.contracts)}")
+    from bench.user_rows import user_row
+    from fuzz.loader import LoadError
+
+    try:
+        user_row(args.target, args.framework, user.contract, dict(user.parameters))
+    except LoadError as error:  # CallShapeError is one: the function cannot take the contract's call
+        return f"argument --target: {error}"
+    return None
 
 
 def nothing_benchmarked(status: int, skipped_json: Path) -> str:
@@ -203,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if clash := clashing_reports({"--json": str(args.json), "--html": str(args.html)}):
             parser.error(clash)
+    if error := user_target_error(args):
+        parser.error(error)
     if args.reduction and args.contracts and REDUCTION not in args.contracts:
         parser.error(f"argument --reduction: the {REDUCTION} contract is not among --contracts "
                      f"{','.join(args.contracts)}")

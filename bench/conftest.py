@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.plan import make_plan, targets
+from bench.plan import UserTarget, make_plan, targets
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -22,6 +22,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--bench-sizes", default=None, help="comma-separated small,medium,large,xl; default per device")
     group.addoption("--bench-reduction", default=None, metavar="MODE",
                     help="the mode the reduction contract's rows run; default: its default, token-mean")
+    group.addoption("--bench-target", default=None, metavar="TARGET",
+                    help="a user's function (package.module:function or path/to/file.py:function) timed beside the "
+                    "built-ins of its contract; needs --bench-framework")
+    group.addoption("--bench-framework", default=None, help="how --bench-target runs, as check's --framework")
+    group.addoption("--bench-rows", default=None, help="what D counts for --bench-target, as check's --rows")
+    group.addoption("--bench-l-max", type=float, default=None, help="L_max for --bench-target, as check's --l-max")
     group.addoption("--bench-warmup", type=int, default=3, help="untimed calls before timing (at least)")
     group.addoption("--bench-paired-rounds", type=int, default=15,
                     help="rounds of the floor kernels' and an implementation's calls in alternation (at least)")
@@ -38,6 +44,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     plan = make_plan(
         option("--bench-implementations"), option("--bench-devices"), option("--bench-dtypes"),
         option("--bench-sizes"), option("--bench-contracts"), option("--bench-reduction"),
+        user_target(metafunc.config),
     )
     found, reasons = targets(plan)
     # For `python -m bench`, which reports why a run timed nothing without parsing pytest's output.
@@ -49,6 +56,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         for what, why in reasons.items()
     ]
     metafunc.parametrize("target_id", params)
+
+
+def user_target(config: pytest.Config) -> UserTarget | None:
+    """The user's function the options name, with the contract it declares; None without --bench-target."""
+    target = config.getoption("--bench-target")
+    if not target:
+        return None
+    framework = config.getoption("--bench-framework")
+    if not framework:
+        raise pytest.UsageError("--bench-target needs --bench-framework")
+    return UserTarget.declared(target, framework, config.getoption("--bench-reduction"),
+                               config.getoption("--bench-rows"), config.getoption("--bench-l-max"))
+
+
+@pytest.fixture(scope="session")
+def user(request: pytest.FixtureRequest) -> UserTarget | None:
+    return user_target(request.config)
 
 
 @pytest.fixture(scope="session")

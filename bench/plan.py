@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from bench.contracts import BENCHMARKED, canonical_mode
 from bench.floor import KERNELS, FloorKernel
 from bench.sizes import DEFAULT_DTYPES, DEVICES, SIZES, Size, sizes_for
+from bench.user_rows import USER_ROW, framework_of
 from impls import available_implementations, get_implementation
 from impls.frameworks import FRAMEWORK_NAMES, load_framework
 from impls.registry import builtin_names
@@ -59,6 +60,27 @@ class Plan:
     dtypes: tuple[str, ...]
     sizes: tuple[str, ...] | None  # None: each device's default sizes
     reduction: str | None = None  # the reduction contract's mode; None: its default (token-mean)
+    user: UserTarget | None = None  # a user's function timed beside the built-ins of its contract
+
+
+@dataclass(frozen=True)
+class UserTarget:
+    """`--target TARGET --framework F` and the contract it declares (as `check` declares it)."""
+
+    target: str
+    framework: str
+    contract: str
+    parameters: tuple[tuple[str, object], ...] = ()
+
+    @classmethod
+    def declared(cls, target: str, framework: str, reduction: str | None = None, rows: str | None = None,
+                 l_max: float | None = None) -> UserTarget:
+        """ValueError naming the option that is wrong or needs another (`--rows` without `--reduction`)."""
+        from fuzz.run.subjects import declared_contract
+
+        contract, parameters = declared_contract(reduction, rows, l_max,
+                                                 spell=lambda name: "--" + name.replace("_", "-"))
+        return cls(target, framework, contract, tuple(parameters.items()))
 
 
 def _union(groups: Iterable[Iterable[str]]) -> tuple[str, ...]:
@@ -134,19 +156,22 @@ def devices_here(wanted: Iterable[str] = DEVICES) -> tuple[str, ...]:
 def make_plan(
     implementations: str | None = None, devices: str | None = None, dtypes: str | None = None,
     sizes: str | None = None, contracts: str | None = None, reduction: str | None = None,
+    user: UserTarget | None = None,
 ) -> Plan:
     """The plan for these comma-separated selections (None or empty: the default). Every name is checked
-    before the defaults, which import the frameworks, are worked out."""
+    before the defaults, which import the frameworks, are worked out. With a user's function, the run is its
+    contract's: the other contract's rows would not compare with it."""
     given = {"contracts": contracts, "implementations": implementations, "devices": devices, "dtypes": dtypes,
              "sizes": sizes}
     chosen = {option: parse_names(option, text) if text else None for option, text in given.items()}
     return Plan(
-        chosen["contracts"] or BENCHMARKED,
+        (user.contract,) if user else chosen["contracts"] or BENCHMARKED,
         chosen["implementations"],
         chosen["devices"] or devices_here(),
         chosen["dtypes"] or DEFAULT_DTYPES,
         chosen["sizes"],
         canonical_mode(reduction) if reduction else None,
+        user,
     )
 
 
@@ -169,6 +194,18 @@ def _selected(plan: Plan, contract: str) -> list[str]:
     return [name for name in plan.implementations if name in builtin_names(contract)]
 
 
+def _user_runs(user: UserTarget | None, reasons: dict[str, str]) -> set[tuple[str, str]]:
+    """The (device, dtype) pairs the user's framework runs; none, with the reason, where it does not load."""
+    if user is None:
+        return set()
+    try:
+        adapter = framework_of(user.framework)
+    except Exception as error:  # the framework is missing here: the row is skipped with why
+        reasons[USER_ROW] = f"framework {user.framework} is unavailable here: {type(error).__name__}: {error}"
+        return set()
+    return {(device, dtype) for device in adapter.devices() for dtype in adapter.dtypes}
+
+
 def targets(plan: Plan) -> tuple[list[Target], dict[str, str]]:
     """Every benchmark that can run here, each (contract, size, dtype, device) group's floor kernels first so
     they run under the same conditions; and why the rest cannot (implementation, "contract-implementation" or
@@ -186,6 +223,7 @@ def targets(plan: Plan) -> tuple[list[Target], dict[str, str]]:
                 reasons[f"{contract}-{name}"] = str(error)
             else:
                 runnable[contract].append(name)
+    user_runs = _user_runs(plan.user, reasons)
     found: list[Target] = []
     for size, dtype, contract, device in _ordered(plan):
         group = [
@@ -193,11 +231,13 @@ def targets(plan: Plan) -> tuple[list[Target], dict[str, str]]:
             for name in runnable[contract]
             if device in (impl := get_implementation(name, contract)).benchmarked_devices and dtype in impl.dtypes
         ]
+        if plan.user is not None and contract == plan.user.contract and (device, dtype) in user_runs:
+            group.append(Target(contract, USER_ROW, device, dtype, size))
         if group:
             found += [Target(contract, kernel.name, device, dtype, size, floor=True)
                       for kernel in floor_kernels(device)]
             found += group
-    names = _union(runnable.values())
+    names = _union([*runnable.values(), [USER_ROW] if user_runs else []])
     for device in plan.devices:
         if not any(target.device == device for target in found):
             if device not in devices_here((device,)):

@@ -19,38 +19,44 @@ from bench.contracts import bench_contract
 from bench.floor import FloorKernel, Timed, elements_for, kernel_named
 from bench.inputs import make_case, worst_error
 from bench.paired import alternate
-from bench.plan import Target, floor_kernels
+from bench.plan import Target, UserTarget, floor_kernels
+from bench.user_rows import USER_ROW, user_row
 from impls import get_implementation
 from reference.dtypes import numpy_dtype
+from reference.tolerance import CONTRACT, STRICT, Precision
 
 MAX_WARMUP_CALLS = 10
 
 
 def test_throughput(benchmark, target_id: str, warmup_calls: int,  # type: ignore[no-untyped-def]
-                    reduction_mode: str | None, pairing: tuple[int, float]) -> None:
+                    reduction_mode: str | None, pairing: tuple[int, float], user: UserTarget | None) -> None:
     target = Target.from_id(target_id)
     benchmark.group = target.group
     contract = bench_contract(target.contract, reduction_mode)  # its declared parameters bound (a mode)
     if target.floor:
         run_floor(benchmark, target, contract)
+    elif target.subject == USER_ROW:
+        assert user is not None
+        row = user_row(user.target, user.framework, user.contract, dict(user.parameters))
+        run_implementation(benchmark, target, warmup_calls, row, pairing, CONTRACT)
     else:
-        run_implementation(benchmark, target, warmup_calls, contract, pairing)
+        impl = get_implementation(target.subject, target.contract)
+        run_implementation(benchmark, target, warmup_calls, impl.bind(**contract.bound) if contract.bound else impl,
+                           pairing, STRICT)
 
 
-def run_implementation(benchmark, target: Target, warmup_calls: int, contract,  # type: ignore[no-untyped-def]
-                       pairing: tuple[int, float]) -> None:
-    impl = get_implementation(target.subject, target.contract)
-    if contract.bound:
-        impl = impl.bind(**contract.bound)
+def run_implementation(benchmark, target: Target, warmup_calls: int, impl,  # type: ignore[no-untyped-def]
+                       pairing: tuple[int, float], precision: Precision) -> None:
+    """A built-in (held to its strict promise) or the user's function (to the contract) as `precision` says."""
     case = make_case(impl.contract, target.size.batch, target.size.tokens, target.dtype).with_(device=target.device)
     # The framework settings the case needs (JAX's x64 for float64; dynamo's recompile policy while
     # compiling), entered once for the whole row: nothing per call is added to the timed region.
     with impl.adapter.scope(case, compiled=impl.compiled):
-        _time_implementation(benchmark, target, warmup_calls, impl, case, pairing)
+        _time_implementation(benchmark, target, warmup_calls, impl, case, pairing, precision)
 
 
 def _time_implementation(benchmark, target: Target, warmup_calls: int, impl, case,  # type: ignore[no-untyped-def]
-                         pairing: tuple[int, float]) -> None:
+                         pairing: tuple[int, float], precision: Precision) -> None:
     adapter = impl.adapter
     size = target.size
     inputs = adapter.materialize(case)
@@ -69,8 +75,10 @@ def _time_implementation(benchmark, target: Target, warmup_calls: int, impl, cas
             break
     named = impl.contract.outputs_of(outputs)
     values = {key: adapter.to_float64(named[key]) for key in impl.contract.output_names}
-    errors = worst_error(values, case)
-    assert max(errors.values()) <= 1, f"{target.id} is wrong (err/tol per output: {errors}); not timed"
+    errors = worst_error(values, case, precision)
+    assert max(errors.values()) <= 1, (f"{impl.name} is wrong in {target.dtype} on {target.device} (err/tol per output "
+                                       f"under the {precision.name} tolerance: {errors}); not timed "
+                                       "(`python -m fuzz check` shows why)")
 
     graphs = compiled()
     benchmark(call)

@@ -228,3 +228,60 @@ def test_an_unwritable_bench_report_is_refused_before_the_run(tmp_path, option):
                             capture_output=True, text=True, timeout=60)
     assert time.monotonic() - started < 5 and result.returncode == 2, result.stderr
     assert f"argument {option}: cannot write the report there" in result.stderr
+
+
+YOURS = """
+import numpy as np
+
+
+def token_mean(token_losses, token_mask):
+    total = np.where(token_mask, token_losses, 0).sum(dtype=np.float64)
+    return np.asarray(total / max(int(token_mask.sum()), 1), dtype=np.float32)
+
+
+def by_width(token_losses, token_mask):
+    return np.asarray(np.where(token_mask, token_losses, 0).sum() / token_mask.size, dtype=np.float32)
+"""
+
+
+def test_a_users_function_is_timed_beside_the_built_ins_of_its_contract(tmp_path: Path) -> None:
+    """`--target` with its `--framework` and declared reduction: one more row of the same run, named by the file,
+    next to the floor and the built-ins, its fraction timed side by side as theirs."""
+    (tmp_path / "mine.py").write_text(YOURS)
+    result = run_bench(*TINY, "--target", "mine.py:token_mean", "--framework", "numpy", "--reduction", "token-mean",
+                       "--no-save", "--json", "records.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = {record["implementation"]: record for record in json.loads((tmp_path / "records.json").read_text())}
+    assert sorted(records) == ["floor", "mine.py:token_mean (numpy)", "numpy"]
+    mine = records["mine.py:token_mean (numpy)"]
+    assert mine["contract"] == "reduction" and mine["parameters"] == "token-mean" and mine["paired_median_s"] > 0
+    assert mine["fraction_of_floor"] == pytest.approx(mine["paired_floor_s"] / mine["paired_median_s"])
+    assert "mine.py:token_mean (numpy)" in result.stdout
+
+
+def test_a_wrong_user_function_is_not_timed(tmp_path: Path) -> None:
+    (tmp_path / "mine.py").write_text(YOURS)
+    result = run_bench(*TINY, "--target", "mine.py:by_width", "--framework", "numpy", "--reduction", "token-mean",
+                       "--no-save", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "mine.py:by_width (numpy) is wrong in float32 on cpu" in result.stdout and "not timed" in result.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--target", "mine.py:token_mean", "--reduction", "token-mean"), "argument --target: it needs --framework"),
+    (("--rows", "all"), "argument --rows: it says how --target runs: it needs --target"),
+    (("--target", "mine.py:nope", "--framework", "numpy", "--reduction", "token-mean"),
+     "mine.py has no attribute 'nope' (it defines by_width, token_mean)"),
+    (("--target", "mine.py:token_mean", "--framework", "numpy"), "cannot be called as the magnitude contract calls"),
+    (("--target", "mine.py:token_mean", "--framework", "numpy", "--rows", "all"),
+     "--rows is a parameter of the loss reduction: it needs --reduction too"),
+    (("--target", "mine.py:token_mean", "--framework", "numpy", "--reduction", "token-mean", "--contracts",
+      "magnitude"), "argument --contracts: --target is timed beside the built-ins of its own contract, reduction"),
+], ids=["no framework", "rows without target", "no such function", "another contract's call", "rows without reduction",
+                         "another contract"])
+def test_a_user_function_that_cannot_run_is_refused_before_the_run(tmp_path: Path, args: tuple[str, ...],
+                                                                   message: str) -> None:
+    (tmp_path / "mine.py").write_text(YOURS)
+    result = run_bench(*args, cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["mine.py"]
