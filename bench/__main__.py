@@ -34,7 +34,9 @@ TIMING = {"default": (15, 0.5, 3), "quick": (5, 0.1, 2)}
 # installed, and above an installed copy (a virtualenv made inside some project) it may find another project's,
 # whose addopts and plugins must not change this run.
 PYTEST_SETTINGS = ["-p", "no:cacheprovider", "-ra",
-                   "-W", "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"]
+                   "-W", "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
+                   # a row refused before timing (a --target that is wrong) says so itself
+                   "-W", "ignore:Benchmark fixture was not used"]
 # pytest.ExitCode.NO_TESTS_COLLECTED, without importing pytest into this process.
 NO_TESTS_COLLECTED = 5
 
@@ -52,12 +54,14 @@ def _selection(option: str) -> Callable[[str], tuple[str, ...]]:
 
 
 def _reduction_mode(text: str) -> str:
-    """The reduction mode as the contract's Parameter reads it (an alias resolved), or the error naming its choices
-    (argparse reports it as `argument --reduction: ...`)."""
+    """The reduction mode as given, once the contract's Parameter reads it (an alias resolved: a trainer's spelling
+    may carry its convention, which --target's declaration keeps), or the error naming its choices (argparse
+    reports it as `argument --reduction: ...`)."""
     try:
-        return canonical_mode(text)
+        canonical_mode(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+    return text.strip()
 
 
 def _usable_cpus() -> set[int] | None:
@@ -174,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="what D counts in TARGET's reduction, as `check --rows`; default: all")
     yours.add_argument("--l-max", type=float, metavar="L",  # the contract checks it: a length of at least 1
                        help="L_max of TARGET's fixed-length reduction, as `check --l-max`")
+    yours.add_argument("--masked-values", choices=("any", "finite"),
+                       help="finite: TARGET's inputs hold no -inf at masked-out positions, for code whose padding "
+                       "is finite by construction (as `check --masked-values finite`); default: any")
     parser.add_argument("--cpus", type=parse_cpus,
                         help="comma-separated CPU ids or ranges to pin the run to (e.g. 0): every framework then "
                         "sizes its threads to them; steadier numbers on a shared machine")
@@ -207,6 +214,7 @@ def pytest_command(args: argparse.Namespace, out: Path, storage: Path) -> list[s
         command += [f"--bench-target={args.target}", f"--bench-framework={args.framework}"]
         command += [f"--bench-rows={args.rows}"] if args.rows else []
         command += [f"--bench-l-max={args.l_max!r}"] if args.l_max is not None else []
+        command += [f"--bench-masked-values={args.masked_values}"] if args.masked_values else []
     return command + list(args.pytest_args)
 
 
@@ -214,7 +222,7 @@ def user_target_error(args: argparse.Namespace) -> str | None:
     """Why `--target` and the options that go with it do not make a run, or None: checked before the run, with
     the function loaded (its framework imported) as `check` loads it."""
     if not args.target:
-        for option in ("framework", "rows", "l_max"):
+        for option in ("framework", "rows", "l_max", "masked_values"):
             if getattr(args, option) is not None:
                 return f"argument --{option.replace('_', '-')}: it says how --target runs: it needs --target"
         return None
@@ -223,7 +231,8 @@ def user_target_error(args: argparse.Namespace) -> str | None:
     from bench.plan import UserTarget
 
     try:
-        user = UserTarget.declared(args.target, args.framework, args.reduction, args.rows, args.l_max)
+        user = UserTarget.declared(args.target, args.framework, args.reduction, args.rows, args.l_max,
+                                   args.masked_values or "any")
     except ValueError as error:  # it names the option
         return str(error)
     if args.contracts and list(args.contracts) != [user.contract]:
@@ -321,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{cpus} CPU(s); load average {load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after "
           f"(other processes' load slows threaded rows most)")
     print(table(records, lambda record: floor_kernel(report, record)))
+    if status != 0:
+        print(f"python -m bench: some rows failed and are not in the table (pytest exited {status}; each one's "
+              "reason is above)", file=sys.stderr)
     return status
 
 

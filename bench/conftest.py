@@ -28,6 +28,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--bench-framework", default=None, help="how --bench-target runs, as check's --framework")
     group.addoption("--bench-rows", default=None, help="what D counts for --bench-target, as check's --rows")
     group.addoption("--bench-l-max", type=float, default=None, help="L_max for --bench-target, as check's --l-max")
+    group.addoption("--bench-masked-values", default="any", choices=("any", "finite"),
+                    help="finite: --bench-target's inputs hold no -inf at masked-out positions")
     group.addoption("--bench-warmup", type=int, default=3, help="untimed calls before timing (at least)")
     group.addoption("--bench-paired-rounds", type=int, default=15,
                     help="rounds of the floor kernels' and an implementation's calls in alternation (at least)")
@@ -67,7 +69,8 @@ def user_target(config: pytest.Config) -> UserTarget | None:
     if not framework:
         raise pytest.UsageError("--bench-target needs --bench-framework")
     return UserTarget.declared(target, framework, config.getoption("--bench-reduction"),
-                               config.getoption("--bench-rows"), config.getoption("--bench-l-max"))
+                               config.getoption("--bench-rows"), config.getoption("--bench-l-max"),
+                               config.getoption("--bench-masked-values"))
 
 
 @pytest.fixture(scope="session")

@@ -25,11 +25,15 @@ MASKED_INF_FRACTION = 0.01
 
 
 @functools.lru_cache(maxsize=1)  # tests run size by size, dtype by dtype: one live case bounds memory
-def make_case(contract: Contract, batch: int, tokens: int, dtype: str) -> Case:
+def make_case(contract: Contract, batch: int, tokens: int, dtype: str, masked_values: str = "any") -> Case:
+    """`masked_values="finite"`: no -inf at masked-out positions, for a user's function declared to need finite
+    padding (as `check --masked-values finite` declares it)."""
     rng = np.random.default_rng([SEED, batch, tokens])
     sizes = {"batch": batch, "tokens": tokens}
     mask = rng.random((batch, tokens)) < MASK_DENSITY
     poisoned = ~mask & (rng.random((batch, tokens)) < MASKED_INF_FRACTION / (1 - MASK_DENSITY))
+    if masked_values == "finite":
+        poisoned[:] = False
     values: dict[str, Any] = {}
     for spec in contract.inputs:
         shape = tuple(sizes[dim] for dim in spec.dims)

@@ -16,6 +16,8 @@ from bench.user_rows import USER_ROW, framework_of
 from impls import available_implementations, get_implementation
 from impls.frameworks import FRAMEWORK_NAMES, load_framework
 from impls.registry import builtin_names
+from reference.contract import Contract
+from reference.contracts import get_contract
 from reference.dtypes import DTYPE_NAMES
 
 
@@ -71,16 +73,22 @@ class UserTarget:
     framework: str
     contract: str
     parameters: tuple[tuple[str, object], ...] = ()
+    masked_values: str = "any"  # "finite": its inputs hold no -inf at masked-out positions
 
     @classmethod
     def declared(cls, target: str, framework: str, reduction: str | None = None, rows: str | None = None,
-                 l_max: float | None = None) -> UserTarget:
-        """ValueError naming the option that is wrong or needs another (`--rows` without `--reduction`)."""
+                 l_max: float | None = None, masked_values: str = "any") -> UserTarget:
+        """ValueError naming the option that is wrong or needs another (`--rows` without `--reduction`). A mode
+        spelled as a trainer spells it keeps that trainer's convention, as `check` reads it."""
         from fuzz.run.subjects import declared_contract
 
         contract, parameters = declared_contract(reduction, rows, l_max,
                                                  spell=lambda name: "--" + name.replace("_", "-"))
-        return cls(target, framework, contract, tuple(parameters.items()))
+        return cls(target, framework, contract, tuple(parameters.items()), masked_values)
+
+    @property
+    def bound_contract(self) -> Contract:
+        return get_contract(self.contract, dict(self.parameters))
 
 
 def _union(groups: Iterable[Iterable[str]]) -> tuple[str, ...]:
@@ -194,8 +202,10 @@ def _selected(plan: Plan, contract: str) -> list[str]:
     return [name for name in plan.implementations if name in builtin_names(contract)]
 
 
-def _user_runs(user: UserTarget | None, reasons: dict[str, str]) -> set[tuple[str, str]]:
-    """The (device, dtype) pairs the user's framework runs; none, with the reason, where it does not load."""
+def _user_runs(plan: Plan, reasons: dict[str, str]) -> set[tuple[str, str]]:
+    """The (device, dtype) pairs of the plan the user's framework runs; the others, and a framework that does not
+    load, with the reason."""
+    user = plan.user
     if user is None:
         return set()
     try:
@@ -203,6 +213,9 @@ def _user_runs(user: UserTarget | None, reasons: dict[str, str]) -> set[tuple[st
     except Exception as error:  # the framework is missing here: the row is skipped with why
         reasons[USER_ROW] = f"framework {user.framework} is unavailable here: {type(error).__name__}: {error}"
         return set()
+    for dtype in plan.dtypes:
+        if dtype not in adapter.dtypes:
+            reasons[f"{USER_ROW}-{dtype}"] = f"--target: {user.framework} has no {dtype} ({', '.join(adapter.dtypes)})"
     return {(device, dtype) for device in adapter.devices() for dtype in adapter.dtypes}
 
 
@@ -223,7 +236,7 @@ def targets(plan: Plan) -> tuple[list[Target], dict[str, str]]:
                 reasons[f"{contract}-{name}"] = str(error)
             else:
                 runnable[contract].append(name)
-    user_runs = _user_runs(plan.user, reasons)
+    user_runs = _user_runs(plan, reasons)
     found: list[Target] = []
     for size, dtype, contract, device in _ordered(plan):
         group = [

@@ -32,8 +32,20 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+# A row whose median beside the floor (what its % of floor is from) and its own median differ by more than this
+# factor ran under a load that changed during the run: its two numbers do not describe the same conditions.
+UNSTEADY = 2.0
+
+
+def unsteady(record: Record) -> bool:
+    """Whether the row's % of floor and its median were timed under loads too different to read together."""
+    paired, own = record.paired_median_s, record.median_s
+    return bool(paired and own) and max(paired / own, own / paired) > UNSTEADY  # type: ignore[operator]
+
+
 def table(records: list[Record], floor_kernels: Callable[[Record], str | None] | None = None) -> str:
-    """Rows grouped by contract, device, dtype and size, each group's floor first (marked with its kernel)."""
+    """Rows grouped by contract, device, dtype and size, each group's floor first (marked with its kernel); a
+    fraction marked `~` where the row's two timings disagree (`unsteady`), with a note under the table."""
     header = ("contract", "implementation", "device", "dtype", "size", "median", "GB/s", "% of floor")
     ordered = sorted(records, key=_order)
     rows = []
@@ -42,6 +54,7 @@ def table(records: list[Record], floor_kernels: Callable[[Record], str | None] |
         if name == FLOOR and floor_kernels is not None:
             name = f"floor ({floor_kernels(record)})"
         fraction = "" if record.fraction_of_floor is None else f"{100 * record.fraction_of_floor:.1f}%"
+        fraction += " ~" if unsteady(record) else ""
         rows.append((record.label, name, record.device, record.dtype, f"{record.size} {record.batch}x{record.tokens}",
                      format_seconds(record.median_s), f"{record.gbps:.2f}", fraction))
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
@@ -58,6 +71,9 @@ def table(records: list[Record], floor_kernels: Callable[[Record], str | None] |
             lines.append("")
         previous = group
         lines.append(line(row))
+    if any(map(unsteady, ordered)):
+        lines += ["", f"~: the row's median beside the floor (its % of floor) and its own median differ by more than "
+                      f"{UNSTEADY:g}x: the machine's load changed during the run; rerun it (--cpus pins it)"]
     return "\n".join(lines)
 
 

@@ -48,11 +48,13 @@ def framework_of(framework: str) -> Framework:
     return load_framework(check_modes()[framework][0])
 
 
-def user_row(target: str, framework: str, contract: str, parameters: dict[str, Any]) -> UserRow:
+def user_row(target: str, framework: str, contract: str, parameters: dict[str, Any],
+             masked_values: str = "any") -> UserRow:
     """The user's function as a row; fuzz.loader.LoadError (or CallShapeError) where it cannot be loaded or cannot
     take the contract's call, as `check` says it."""
     from fuzz.run.subjects import SubjectSpec, check_subject
 
-    subject = check_subject(SubjectSpec.of(target, framework, contract=contract, parameters=parameters))
+    subject = check_subject(SubjectSpec.of(target, framework, contract=contract, parameters=parameters,
+                                           masked_values=masked_values))
     return UserRow(row_name(target, framework), subject.adapter, subject.function, subject.contract,
                    subject.compiled)

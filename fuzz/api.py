@@ -26,7 +26,7 @@ from fuzz.engines.registry import RANKS_ENGINES, rank_call
 from fuzz.loader import CallShapeError, check_call_shape, load_target
 from fuzz.report.binding import display_name, snippet_binding
 from fuzz.report.matrix import render_matrix
-from fuzz.report.results import CellResult, bug_key, case_title
+from fuzz.report.results import CellResult, bug_keys, case_title
 from fuzz.report.terminal import bugs, joined, other_cells, summary, wrap
 from fuzz.report.texts import for_terminal
 from fuzz.run.calls import DEFAULT_TIMEOUT, ThreadWatcher
@@ -103,18 +103,21 @@ class Report:
         return found
 
     def raise_for_failures(self) -> None:
-        """Raise AssertionError unless everything conforms: each distinct bug (fuzz/report/results.py, `bug_key`)
+        """Raise AssertionError unless everything conforms: each distinct bug (fuzz/report/results.py, `bug_keys`)
         as the terminal shows it, within 100 columns: its first failure with its shrunk case and snippet, then an item
         for the other cells where it shows (the same bug in four dtypes and five splits would otherwise fill a CI log
-        with twenty cases; `failures` keeps every one, each with its case and snippet)."""
+        with twenty cases; `failures` keeps every one, each with its case and snippet). pytest shows the message
+        alone, not this method's source."""
+        __tracebackhide__ = True  # pytest reads it
         if self.ok:
             return
         failures = self.failures
         found: dict[tuple[str, str, str, str], list[Failure]] = {}
         caseless = [failure for failure in failures if failure.kind == CELL_FAILED]  # counted apart, as the summary
-        for failure in failures:  # a report's cells share one contract
-            if failure.kind != CELL_FAILED:
-                found.setdefault(bug_key(failure.implementation, "", failure.check, failure.kind), []).append(failure)
+        cased = [failure for failure in failures if failure.kind != CELL_FAILED]
+        key = bug_keys((failure.implementation, "", failure.check, failure.kind) for failure in cased)
+        for failure in cased:  # a report's cells share one contract
+            found.setdefault(key(failure.implementation, "", failure.check, failure.kind), []).append(failure)
         texts = [joined(wrap(failure.text())) for failure in caseless]
         for first, *others in found.values():
             lines = wrap(first.text(snippet=False))
@@ -257,7 +260,9 @@ def check(
         from fuzz.engines.plan import plan_sharded_cells
 
         engine = RANKS_ENGINES[framework] if ranks else "accumulation"
-        named = replace(subject_spec, name=spec) if spec is not None else subject_spec
+        # ranks load a function object by its module's name; its snippet rebuilds it from its file, as in process
+        named = subject_spec if spec is None else replace(subject_spec, name=spec, binding=None if isinstance(
+            fn, str) else (import_lines, function_name))
         tasks = plan_sharded_cells(named, engine, list(dtypes), devices, max_examples, seed, gradients,
                                    gradient_examples)
     else:
@@ -269,7 +274,8 @@ def check(
     if spec is not None and workers:
         from fuzz.run.workers import run_cells
 
-        tasks = [replace(task, subject=replace(subject_spec, name=spec)) for task in tasks]
+        binding = None if isinstance(fn, str) else (import_lines, function_name)
+        tasks = [replace(task, subject=replace(subject_spec, name=spec, binding=binding)) for task in tasks]
         return Report(tuple(run_cells(tasks, jobs=workers or 1, fail_fast=fail_fast, timeout=timeout)),
                       tuple(dtypes))
     results: list[CellResult] = []

@@ -40,7 +40,8 @@ def check_call_shape(function: Callable[..., Any], contract: Any, name: str,
     except TypeError as error:
         form = "its ranks call it" if rank_call else f"the {contract.name} contract calls it"
         raise CallShapeError(f"{name} cannot be called as {form}, {call}: {error}"
-                             + _another_contract(signature, contract, rank_call)) from None
+                             + _another_contract(signature, contract, rank_call)
+                             + _a_rank_form(signature, contract, rank_call)) from None
 
 
 def _another_contract(signature: inspect.Signature, contract: Any, rank_call: object) -> str:
@@ -57,6 +58,24 @@ def _another_contract(signature: inspect.Signature, contract: Any, rank_call: ob
         return ""
     return (f"; a function of ({', '.join(reduction.input_names)}) -> loss is a loss reduction: declare its mode "
             "(--reduction MODE on the command line, reduction=... in check)")
+
+
+def _a_rank_form(signature: inspect.Signature, contract: Any, rank_call: object) -> str:
+    """A hint where a per-chunk function checked in process takes a rank form's keywords instead (`step_masks`,
+    `group` or `axis_name`): it runs on ranks."""
+    if rank_call is not None or contract.chunked is None:
+        return ""
+    from fuzz.engines.registry import RANKS_ENGINES, engine_call  # the engines, only for this message
+
+    for framework, engine in RANKS_ENGINES.items():
+        try:
+            keywords, _ = engine_call(engine, contract)
+            signature.bind(*contract.input_names, **dict.fromkeys(keywords))
+        except Exception:  # not this engine's call (or its framework is not here)
+            continue
+        return (f"; it takes the keywords of a rank form on {framework}'s ranks ({', '.join(keywords)}): check it "
+                "there (--ranks on the command line, ranks=True in check)")
+    return ""
 
 
 @dataclass(frozen=True)

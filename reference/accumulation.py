@@ -146,12 +146,7 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
     if bound["mode"] == reduction.SEQ_MEAN_TOKEN_SUM_NORM:
         candidates.append((share * sum(_padded_width_losses(chunks, bound, expected.rows_divisor())),
                            "is L_max taken from each chunk's padded width?"))
-    for factor, text in ((steps, f"G = {steps}: is the 1/G missing, or does each micro-batch divide by its own count?"),
-                         (1 / steps, f"G = {steps}: is 1/G applied twice?"),
-                         (1 / ranks, f"R = {ranks}: is dp_size missing (the ranks' mean divides by R again)?"),
-                         (ranks, f"R = {ranks}: is dp_size applied where the ranks' gradients are summed?")):
-        if factor != 1:
-            candidates.append((exact * factor, text))
+    candidates += [(exact * factor, text) for factor, text in _factors(ranks, steps)]
     clamped = int(np.maximum(expected.counts, 1).sum())
     if bound["mode"] == reduction.TOKEN_MEAN and clamped != tokens and clamped:
         candidates.append((exact * tokens / clamped, f"= N / (N + {clamped - tokens} empty rows): a per-row "
@@ -169,7 +164,34 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
     return f"the combined loss is {ratio} the full-batch loss with R = {ranks}, G = {steps}: " + "; or ".join(causes)
 
 
-CONTRACT_CHUNKED = ChunkedCall(step_keywords, ranks_averaged, step_scale, explain_combination)
+def _factors(ranks: int, steps: int) -> list[tuple[float, str]]:
+    """The mistakes that scale the whole step by one factor, with what each says about the code."""
+    return [(factor, text) for factor, text in (
+        (steps, f"G = {steps}: is the 1/G missing, or does each micro-batch divide by its own count?"),
+        (1 / steps, f"G = {steps}: is 1/G applied twice?"),
+        (1 / ranks, f"R = {ranks}: is dp_size missing (the ranks' mean divides by R again)?"),
+        (ranks, f"R = {ranks}: is dp_size applied where the ranks' gradients are summed?")) if factor != 1]
+
+
+def explain_gradient_factor(got: np.ndarray, want: np.ndarray, bound: np.ndarray, ranks: int, steps: int) -> str | None:
+    """A wrong combined gradient named by the factor it is off by, where it is the exact gradient times one of the
+    factors a step's combination gets wrong (a missing or doubled 1/G or dp_size scales every token's gradient
+    alike), within twice the gradient's tolerance scaled to that factor. Anything else (a chunk's own count weighs
+    each chunk differently) is left unnamed: the single-process mistakes do not describe a step."""
+    selected = want != 0
+    if not selected.any() or not np.isfinite(got).all():
+        return None
+    ratio = float(np.median(got[selected] / want[selected]))
+    causes = [text for factor, text in _factors(ranks, steps)
+              if np.all(np.abs(got - factor * want) <= 2 * bound * max(1.0, factor) + 1e-6 * np.abs(factor * want))]
+    if not causes or np.all(np.abs(got - want) <= bound):
+        return None
+    return (f"the combined gradient is {ratio:.4g}x the full-batch gradient with R = {ranks}, G = {steps}: "
+            + "; or ".join(causes))
+
+
+CONTRACT_CHUNKED = ChunkedCall(step_keywords, ranks_averaged, step_scale, explain_combination,
+                               explain_gradient_factor)
 
 
 def _label(bound: dict[str, object]) -> str:
@@ -207,6 +229,7 @@ CONTRACT: Contract = replace(
     parameter_menu=CAMPAIGN_PARAMETERS,
     parameter_label=_label,
     explain=None,  # a wrong combination is named by CONTRACT_CHUNKED.explain, over the chunks
+    explain_gradient=None,  # a wrong combined gradient by CONTRACT_CHUNKED.explain_gradient, which knows the split
     examples=reduction.EXAMPLES,  # a step of one chunk (R = G = 1) is the full batch
     chunked=CONTRACT_CHUNKED,
     keywords=("num_tokens", "num_sequences", "dp_size", "accumulation_steps"),

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -583,6 +584,9 @@ def _candidates(expected: Exact, observed: float | None) -> list[Candidate]:
             else:
                 name = candidate + (f" (rows={convention})" if candidate in ROW_MODES else "")
                 found.append((f"the exact {name}, where {mode} is declared?", weights))
+        if candidate == mode == SEQ_MEAN_TOKEN_MEAN and divisor:  # the declared mode's last slip, before other modes
+            found.append(("the rows' means summed without the 1/D: the mean over the rows left out?",
+                          _per_row(expected, expected.counts.astype(np.float64), 1.0)))
     if mode == SEQ_MEAN_TOKEN_SUM_NORM and divisor:  # read off the value, so the least likely: last
         ratio = 1.0 / (divisor * observed) if observed else math.inf
         implied = round(ratio) if math.isfinite(ratio) else 0
@@ -593,8 +597,15 @@ def _candidates(expected: Exact, observed: float | None) -> list[Candidate]:
 
 
 def _value(expected: Exact, weights: np.ndarray) -> float:
-    """A candidate's loss, sum_i w_i S_i, rounded once."""
-    return math.fsum(float(w) * float(s) for w, s in zip(weights, expected.row_sums) if w)
+    """A candidate's loss, sum_i w_i S_i from its float64 weights, rounded once: one weight times the exact total
+    T where every row has the same (a sum that cancels to 0 gives exactly 0), else from the exact products of the
+    weights and the rows' sums."""
+    if len(weights) == 0:
+        return 0.0
+    if np.all(weights == weights[0]):
+        return float(Fraction(float(weights[0])) * Fraction(expected.total))
+    return float(sum((Fraction(float(w)) * Fraction(float(s)) for w, s in zip(weights, expected.row_sums) if w),
+                     Fraction(0)))
 
 
 def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:

@@ -106,6 +106,10 @@ def test_a_script_without_a_main_guard_is_told_so_instead_of_failing_its_functio
     assert 'if __name__ == "__main__":' in last and "before it started" in last, result.stderr[-3000:]
 
 
+def _torch_rank_form(token_losses, token_mask, *, step_masks, group, accumulation_steps):
+    raise AssertionError("never called: the call shape is refused first")
+
+
 def _agg_loss(loss_mat, loss_mask, loss_agg_mode):  # verl's signature: the mode is a third argument
     raise AssertionError("never called: the call shape is refused first")
 
@@ -119,6 +123,9 @@ def _agg_loss(loss_mat, loss_mask, loss_agg_mode):  # verl's signature: the mode
      "line, reduction=... in check)"),
     (functools.partial(_agg_loss, loss_agg_mode="token-mean"), {"reduction": "token-mean", "accumulation": True},
      "got an unexpected keyword argument 'num_tokens'"),  # no advice to declare the mode it declares
+    (_torch_rank_form, {"reduction": "token-mean", "accumulation": True},
+     "missing a required argument: 'step_masks'; it takes the keywords of a rank form on torch's ranks (step_masks, "
+     "group, accumulation_steps): check it there (--ranks on the command line, ranks=True in check)"),
 ])
 def test_a_function_that_cannot_take_the_contracts_call_is_refused_before_fuzzing(fn, options, message):
     with pytest.raises(TypeError, match=re.escape(message) + "$"):  # the whole message's end: no other advice

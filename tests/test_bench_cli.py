@@ -241,6 +241,17 @@ def token_mean(token_losses, token_mask):
 
 def by_width(token_losses, token_mask):
     return np.asarray(np.where(token_mask, token_losses, 0).sum() / token_mask.size, dtype=np.float32)
+
+
+def multiplied(token_losses, token_mask):  # right only where masked-out positions are finite
+    return np.asarray((token_losses * token_mask).sum(dtype=np.float64) / max(int(token_mask.sum()), 1),
+                      dtype=np.float32)
+
+
+def tunix(token_losses, token_mask):  # tunix's sequence-mean-token-mean: D counts the rows with a token
+    counts = token_mask.sum(-1)
+    means = np.where(token_mask, token_losses, 0).sum(-1, dtype=np.float64) / np.maximum(counts, 1)
+    return np.asarray(means.sum() / max(int((counts > 0).sum()), 1), dtype=np.float32)
 """
 
 
@@ -265,13 +276,30 @@ def test_a_wrong_user_function_is_not_timed(tmp_path: Path) -> None:
                        "--no-save", cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "mine.py:by_width (numpy) is wrong in float32 on cpu" in result.stdout and "not timed" in result.stdout
+    assert "Traceback" not in result.stdout and "some rows failed and are not in the table" in result.stderr
+
+
+@pytest.mark.parametrize(("function", "declared", "parameters"), [
+    ("multiplied", ("--reduction", "token-mean", "--masked-values", "finite"), "token-mean"),
+    ("tunix", ("--reduction", "sequence-mean-token-mean"), "seq-mean-token-mean, rows=nonempty"),
+], ids=["finite padding", "a trainer's spelling"])
+def test_a_user_function_is_declared_as_check_declares_it(tmp_path: Path, function: str, declared: tuple[str, ...],
+                                                           parameters: str) -> None:
+    """What `check` would accept is timed: padding declared finite gets finite padding, and a trainer's spelling keeps
+    its convention; the built-ins and the floor run the same declaration, so the rows share one group."""
+    (tmp_path / "mine.py").write_text(YOURS)
+    result = run_bench(*TINY, "--target", f"mine.py:{function}", "--framework", "numpy", *declared, "--no-save",
+                       "--json", "records.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = json.loads((tmp_path / "records.json").read_text())
+    assert len(records) == 3 and {record["parameters"] for record in records} == {parameters}
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--target", "mine.py:token_mean", "--reduction", "token-mean"), "argument --target: it needs --framework"),
     (("--rows", "all"), "argument --rows: it says how --target runs: it needs --target"),
     (("--target", "mine.py:nope", "--framework", "numpy", "--reduction", "token-mean"),
-     "mine.py has no attribute 'nope' (it defines by_width, token_mean)"),
+     "mine.py has no attribute 'nope' (it defines by_width, multiplied, token_mean, tunix)"),
     (("--target", "mine.py:token_mean", "--framework", "numpy"), "cannot be called as the magnitude contract calls"),
     (("--target", "mine.py:token_mean", "--framework", "numpy", "--rows", "all"),
      "--rows is a parameter of the loss reduction: it needs --reduction too"),

@@ -68,3 +68,21 @@ def test_it_runs_the_minimum_rounds_then_until_the_time_is_spent(machine: Drifti
 def test_nothing_to_pair_with_is_an_error(floors, min_rounds, message) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match=message):
         paired.alternate(lambda: 0.0, floors, min_rounds=min_rounds, max_seconds=0)
+
+
+def test_a_row_timed_under_two_different_loads_is_marked_in_the_table() -> None:
+    """A row's % of floor comes from its calls beside the floor's, its median from its own: where they differ by
+    more than 2x the load changed between them, and the table says so instead of printing two numbers that disagree."""
+    from bench.records import Record
+    from bench.report import table
+
+    def row(name: str, median: float, paired: float) -> Record:
+        return Record(name, "reduction", "token-mean", "cpu", "float32", 1024, 16384, median, 80 << 20, 30.0, 40.0,
+                      2e-3 / paired, 2e-3, paired)
+
+    steady, unsteady = row("numpy", 2.6e-3, 2.8e-3), row("torch-compile", 2.6e-3, 15.3e-3)
+    text = table([steady, unsteady])
+    lines = {line.split()[2]: line for line in text.splitlines() if line.startswith("reduction")}
+    assert lines["torch-compile"].endswith("13.1% ~") and lines["numpy"].endswith("71.4%")
+    assert "~: the row's median beside the floor (its % of floor) and its own median differ by more than 2x" in text
+    assert "~:" not in table([steady])

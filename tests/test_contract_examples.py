@@ -100,9 +100,10 @@ def test_the_declared_modes_other_rows_convention_is_named_before_other_modes():
     contract = get_contract("reduction", {"mode": "seq-mean-token-mean", "rows": "all"})
     case = Case(contract=contract, dtype="float32", token_losses=np.array([[3.0], [5.0]]),
                 token_mask=np.array([[True], [False]]))
-    assert explain(case, {"loss": np.array(3.0)}).startswith(
+    text = explain(case, {"loss": np.array(3.0)})
+    assert text.startswith(
         "it equals 3, the exact seq-mean-token-mean with D counting only the rows with a selected token: "
-        "rows=nonempty, where rows=all is declared?; or the exact token-mean")
+        "rows=nonempty, where rows=all is declared?; or ") and "the exact token-mean" in text
 
 
 def test_an_epsilon_in_a_float64_denominator_is_named_and_vanishes_from_the_hints_in_float32():
@@ -238,3 +239,35 @@ def test_a_fixed_length_gradient_with_another_whole_constant_is_named_with_it():
     assert explain_gradient(case, cotangents, {"token_losses": gradient}) == (
         "it is the gradient of the exact seq-mean-token-sum-norm with L_max = 1024, where L_max = 10 is declared: "
         "another constant in the code?")
+
+
+def test_a_per_sequence_mean_without_its_one_over_d_is_named_in_the_loss_and_the_gradient():
+    """The book's example, per-sequence declared (B = 2): the rows' means summed, 4.7, and a backward that gives
+    c / n_i, are both named as the missing 1/D."""
+    from reference.reduction import explain, explain_gradient
+
+    contract = get_contract("reduction")
+    example = next(example for example in contract.examples if example.name == "the book's example, per-sequence")
+    case = _case(contract, example, "float32", "cpu")
+    assert explain(case, {"loss": np.array(4.7)}) == (
+        "it equals 4.7, the rows' means summed without the 1/D: the mean over the rows left out?")
+    counts = case.token_mask.sum(-1, keepdims=True)
+    gradient = np.where(case.token_mask, 1.0 / counts, 0.0)
+    assert explain_gradient(case, {"loss": np.array(1.0)}, {"token_losses": gradient}) == (
+        "it is the gradient of the rows' means summed without the 1/D: the mean over the rows left out?")
+
+
+def test_a_combined_gradient_off_by_a_factor_of_the_split_is_named_by_it():
+    """Every token's gradient halved with R = 2 is the ranks' mean dividing by R again; a right gradient, and one that
+    is off by different amounts on different tokens, are not named."""
+    from reference.accumulation import explain_gradient_factor
+
+    want = np.array([[0.25, 0.25, 0.0], [0.5, 0.0, 0.0]])
+    bound = np.where(want != 0, 1e-7, 0.0)
+    assert explain_gradient_factor(want / 2, want, bound, 2, 1) == (
+        "the combined gradient is 0.5x the full-batch gradient with R = 2, G = 1: R = 2: is dp_size missing (the "
+        "ranks' mean divides by R again)?")
+    assert explain_gradient_factor(want, want, bound, 2, 1) is None
+    assert explain_gradient_factor(want * np.array([[0.5], [1.0]]), want, bound, 2, 1) is None
+    assert explain_gradient_factor(want * 2, want, bound, 1, 2).startswith(
+        "the combined gradient is 2x the full-batch gradient with R = 1, G = 2: G = 2: is the 1/G missing")

@@ -351,3 +351,20 @@ def test_every_engine_row_names_its_engine_apart_from_its_split_and_pass(name):
             assert f"{engine.kind} {split_and_pass(row)}" == row and split_of(row) in row.split()
             assert bug_key("f", "c", row, "k") == bug_key("f", "c", engine.row(engine.shapes("cpu")[0], "forward"), "k")
     assert engine_of("forward") == engine_of("gradients") == split_of("gradients") == "" != engine.kind
+
+
+def test_a_combined_gradient_off_by_a_factor_is_named_by_the_split_and_is_the_losss_bug():
+    """A per-chunk loss that leaves out dp_size: its gradient is named by the factor of the split, as its loss is,
+    never by a single-process mistake that only matches the numbers (a 4 x 7 batch with N = 14 makes half of
+    token-mean's gradient equal "the mean over all 28 positions"); the two are one distinct bug."""
+    pytest.importorskip("torch")
+    import fuzz
+
+    path = Path(__file__).parent / "corpus" / "accumulation" / "torch_dp_size_missing.py"
+    report = fuzz.check(f"{path}:loss_normalization", framework="torch", reduction="token-mean", accumulation=True,
+                        dtypes=["float32"], max_examples=5, seed=0)
+    gradients = [message for failure in report.failures if "gradients" in failure.check
+                 for message in failure.message.splitlines()]
+    assert any("the combined gradient is 0.5x the full-batch gradient with R = 2" in m for m in gradients), gradients
+    assert not any("it is the gradient of" in message for message in gradients), gradients
+    assert "1 distinct bug" in " ".join(str(report).split())

@@ -159,8 +159,9 @@ def test_every_bug_is_listed_with_its_case_and_a_copy_button(tmp_path):
 
 
 def test_one_bug_of_a_rank_form_is_one_card_over_its_splits_and_passes():
-    """The page groups bugs as the terminal does (fuzz/report/results.py, `bug_key`): one kind of one implementation
-    on one engine is one card, every cell (split, pass, dtype) it shows in listed on it."""
+    """The page groups bugs as the terminal does (fuzz/report/results.py, `bug_keys`): one kind of one implementation
+    on one engine is one card, every cell (split, pass, dtype) it shows in listed on it; a wrong gradient is on the
+    card of the one wrong output of its engine, titled by that output."""
     def cell(check: str, kind: str) -> dict[str, Any]:
         return {"implementation": "f", "contract": "accumulation (token-mean)", "device": "cpu", "dtype": "float32",
                 "check": check, "bugs": [{"kind": kind, "failures": [kind]}]}
@@ -171,7 +172,7 @@ def test_one_bug_of_a_rank_form_is_one_card_over_its_splits_and_passes():
     cells += [cell("shard_map ranks R2xG1", "loss out of tolerance")]  # the same wrong value, forward
     groups = bug_groups(cells)
     assert [(group.engine, group.kind, len(group.occurrences)) for group in groups] == [
-        ("shard_map ranks", "raised ValueError", 4), ("shard_map ranks", "d x out of tolerance", 2),
+        ("shard_map ranks", "raised ValueError", 4), ("shard_map ranks", "loss out of tolerance", 2),
         ("", "raised ValueError", 1)]
     page = render_html({"command": "check", "cells": cells, "ok": False})
     assert "Bugs (3 distinct)" in page and "cpu · shard_map ranks R2xG2 gradients · float32" in page

@@ -140,3 +140,32 @@ def test_a_rank_forms_snippets_reproduce_its_bug_whatever_it_is_named(tmp_path, 
         # the doubled loss itself, not a snippet that calls one of its own objects in the rank form's place
         found = "AssertionError: combined" in replay.stderr or "gradient is wrong" in replay.stderr
         assert found, replay.stderr[-3000:]
+
+
+def test_the_snippet_of_a_rank_form_passed_as_a_function_runs_from_any_folder(tmp_path):
+    """The Python API loads a function object on the ranks by its module's name (its folder is on the test's path);
+    its snippet rebuilds it from its file, so it reproduces the bug from any folder, as a TARGET's does."""
+    trainer, elsewhere = tmp_path / "trainer", tmp_path / "elsewhere"
+    trainer.mkdir()
+    elsewhere.mkdir()
+    (trainer / "ddp_losses.py").write_text(
+        "from impls.torch_eager_accumulation import chunk_loss_on_ranks\n\n\n"
+        "def step(*args, **keywords):\n    return 2 * chunk_loss_on_ranks(*args, **keywords)\n")
+    (trainer / "check_it.py").write_text(textwrap.dedent("""
+        import sys
+        from fuzz import check
+        import ddp_losses
+
+        if __name__ == "__main__":
+            report = check(ddp_losses.step, framework="torch", reduction="token-mean", accumulation=True, ranks=True,
+                           dtypes=["float32"], max_examples=3, gradients=False, fail_fast=True)
+            open(sys.argv[1], "w").write(report.failures[0].snippet)
+        """))
+    snippet = elsewhere / "snippet.py"
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), TIMEOUT_VARIABLE: "60"}
+    found = subprocess.run([sys.executable, "check_it.py", str(snippet)], capture_output=True, text=True, timeout=300,
+                           cwd=trainer, env=environment)
+    assert found.returncode == 0 and snippet.exists(), found.stderr[-3000:]
+    replay = subprocess.run([sys.executable, str(snippet)], capture_output=True, text=True, timeout=300,
+                            cwd=elsewhere, env=environment)
+    assert replay.returncode != 0 and "AssertionError: combined" in replay.stderr, replay.stderr[-3000:]

@@ -210,7 +210,7 @@ def {name}(token_losses, token_mask):
 
 
 @pytest.mark.parametrize("passed", ["value", "target"])
-@pytest.mark.parametrize("name", ["as_float64", "out", "np"])
+@pytest.mark.parametrize("name", ["as_float64", "out", "np", "print", "zip"])
 def test_a_function_named_as_a_name_of_the_snippet_is_still_the_one_it_calls(tmp_path, name, passed):
     """A function named as one of the snippet's own variables or modules is imported under a name of its own, so the
     snippet calls it and finds its bug, not one of its own objects."""
@@ -226,10 +226,32 @@ def test_a_function_named_as_a_name_of_the_snippet_is_still_the_one_it_calls(tmp
     assert "raised" not in run.stderr, run.stderr[-2000:]
 
 
-def test_a_function_named_as_nothing_of_the_snippet_keeps_its_import():
+def test_a_function_named_as_nothing_of_the_snippet_keeps_its_import(tmp_path):
+    path = tmp_path / "named.py"
+    path.write_text(NAMED_AS_THE_SNIPPETS_OWN.format(name="loss"))
+    snippet = check(f"{path}:loss", framework="numpy", reduction="token-mean", dtypes=["float64"], max_examples=20,
+                    seed=0, fail_fast=True).failures[0].snippet
+    assert "loss = _module.loss" in snippet and "_under_test" not in snippet
+
+
+def test_the_import_that_binds_a_function_is_renamed_where_the_snippet_uses_its_name():
     from fuzz.report.callee import imported_as
     assert imported_as(("from pkg.losses import step",), "step", "step_under_test") == (
         "from pkg.losses import step as step_under_test",)
     assert imported_as(("import os", "loss = _module.loss"), "loss", "x") == ("import os", "x = _module.loss")
     assert imported_as(("def forward(a):", "    return a"), "forward", "f") == (
         "def forward(a):", "    return a", "f = forward")
+
+
+def test_a_function_defined_by_its_source_keeps_its_repeated_lines(tmp_path):
+    """Its source is in the snippet as it is: a line it repeats is not an import to write once."""
+    def doubled_twice(token_losses, token_mask):
+        import numpy
+        total = numpy.where(token_mask, token_losses, 0).sum(dtype=numpy.float64)
+        total = total * 2.0
+        total = total * 2.0
+        return numpy.asarray(total / max(int(token_mask.sum()), 1))
+
+    report = check(doubled_twice, framework="numpy", reduction="token-mean", dtypes=["float64"], max_examples=20,
+                   seed=0, fail_fast=True)
+    assert report.failures[0].snippet.count("total = total * 2.0") == 2

@@ -3,6 +3,7 @@ check's snippet printed whole where it fits, and written to a file (its path pri
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -82,6 +83,13 @@ def test_a_progress_line_gives_up_the_contract_label_before_where_the_cell_ran()
     assert "jax-jit | cpu bfloat16 | micro-batches R4xG1 gradients  20 ex" in lines["split"]
     assert "torch-ddp | cpu float16 | DDP ranks R2xG2 gradients  20 ex" in lines["ranks"]
     assert "..." in lines["long name"] and "| cpu float64 | forward  20 ex" in lines["long name"]
+    # a failing rank cell's long numbers leave its name little room: the name's end gives way, never the dtype
+    cell = CellResult("/tmp/trial-user/ddp_loss.py:step", "cpu", "float32", "DDP ranks R2xG1 gradients",
+                      examples=2, bugs=[Bug("k", ["k"], Case(np.zeros((1, 1)), np.zeros(1), np.ones((1, 1), bool),
+                                                             dtype="float32"), "")])
+    cell.contract, cell.worst, cell.worst_ulps = "accumulation (token-mean)", 1.2e6, 4.79e6
+    line = progress_line(cell.check, cell, "cpu", "float32")
+    assert len(line) <= WIDTH and "...loss.py:step | cpu float32 | DDP ranks R2xG1 gradients  2 ex" in line, line
 
 
 def test_a_kind_shown_again_is_one_line_under_its_first_cell_without_its_kind():
@@ -200,6 +208,15 @@ def test_a_wrong_loss_and_its_wrong_gradient_are_one_bug():
     assert _items(text) == ["  - gradients in cpu float32: d x out of tolerance: in gradients"]
     cells.append(_failing("f", "gradients", "backward raised ValueError"))
     assert any("3 of 3 cells fail: 2 distinct bugs." in line for line in summary(cells))
+    # two outputs wrong in the forward checks are two bugs, and which one a wrong gradient belongs to is unknown
+    outputs = [_failing("f", "forward", "a out of tolerance"), _failing("f", "forward", "b out of tolerance"),
+               _failing("f", "gradients", "d x out of tolerance")]
+    assert any("3 of 3 cells fail: 3 distinct bugs." in line for line in summary(outputs))
+    # nor does one cell's second wrong output read as "the same bug in 1 more cell"
+    both = _failing("f", "forward", "a out of tolerance")
+    both.bugs.append(Bug("b out of tolerance", ["b out of tolerance: in forward"], both.bugs[0].case, "assert 0\n"))
+    text = " ".join(" ".join(bugs([both])).split())
+    assert text.count("=== FAIL") == 2 and "more cell" not in text and "(this cell also: b out of tolerance)" in text
 
 
 def test_the_progress_lines_of_one_target_keep_one_label_in_every_dtype():
@@ -277,3 +294,13 @@ def test_a_long_name_in_the_summary_keeps_its_file_and_function():
                       "float32", "forward", examples=20)
     row = next(line for line in summary([cell]) if " ok " in line)
     assert row.split()[0] == "...n_on_all_masked_batch.py:loss_normalization" and len(row) <= WIDTH
+
+
+def test_a_link_in_place_of_the_snippet_folder_is_not_followed(tmp_path, monkeypatch):
+    """Another user may make a link named as this user's snippet folder: the file goes elsewhere, never through it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / f"lossnorm-snippets-{os.getuid()}").symlink_to(elsewhere)
+    path = snippet_file("assert False\n", None)
+    assert list(elsewhere.iterdir()) == [] and Path(path).read_text() == "assert False\n"

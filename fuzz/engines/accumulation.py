@@ -25,6 +25,7 @@ from fuzz.engines.chunks import (
     chunk_weight,
     draw_chunks,
     explain_combination,
+    explain_combined_gradient,
     shape_name,
     step_keywords,
 )
@@ -111,7 +112,8 @@ class Accumulation(Engine):
                 for name, values in read.values.items():
                     _place(case, split, k, name, values, gradients[name])
         if cotangents is not None:
-            verdict.merge(judge_gradients(case, gradients, exact, cotangents, subject.precision))
+            verdict.merge(judge_gradients(case, gradients, exact, cotangents, subject.precision,
+                                          explain_combined_gradient(case, split)))
             return verdict
         combined = float(np.dot(results, np.full(len(results), weight)))
         judged = compare_values(ReadBack({output: np.array(combined)}, {output: dtypes[0]}), case, subject.precision)

@@ -73,7 +73,8 @@ def engine_subject(spec: SubjectSpec, engine_name: str) -> Subject:
     from fuzz.loader import load_target
 
     target = load_target(spec.name)
-    return Subject(spec.name, target.function, adapter, contract, target.import_lines, target.function_name,
+    import_lines, function_name = spec.binding or (target.import_lines, target.function_name)
+    return Subject(spec.name, target.function, adapter, contract, import_lines, function_name,
                    precision=PRECISIONS[spec.precision], masked_values=spec.masked_values, key=subject_key(spec))
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from fuzz.engines.split import TOKENS_PER_SHARD, padded_size
 from fuzz.judge.draws import BOOLEANS, Draw, choice, integers
+from fuzz.judge.gradients import ExplainGradient
 from reference.case import Case
 from reference.contract import ChunkedCall
 
@@ -117,6 +118,15 @@ def explain_combination(case: Case, split: ChunkSplit, combined: float, counts_i
     explain = chunked(case).explain
     return explain(case, chunk_cases(case, split), split.ranks, split.steps, combined,
                    counts_its_own) if explain else None
+
+
+def explain_combined_gradient(case: Case, split: ChunkSplit) -> ExplainGradient | None:
+    """How a wrong combined gradient of `split` is named: the contract's name for it, which knows the split (the
+    single-process mistakes do not describe a step)."""
+    explain = chunked(case).explain_gradient
+    if explain is None:
+        return None
+    return lambda got, want, bound: explain(got, want, bound, split.ranks, split.steps)
 
 
 # The sizes a framework that compiles a program per input shape (JAX: even an un-jitted function's every op) sees:

@@ -46,7 +46,15 @@ from typing import Any
 import numpy as np
 
 from fuzz.engines.accumulation import EMPTY_CHUNK, Accumulation
-from fuzz.engines.chunks import BUCKET_ROWS, BUCKET_WIDTHS, ChunkSplit, chunk_weight, draw_chunks, explain_combination
+from fuzz.engines.chunks import (
+    BUCKET_ROWS,
+    BUCKET_WIDTHS,
+    ChunkSplit,
+    chunk_weight,
+    draw_chunks,
+    explain_combination,
+    explain_combined_gradient,
+)
 from fuzz.engines.jax_worker import JAX_MESH_PROCESS
 from fuzz.engines.judge import PADDING_NOT_ZERO
 from fuzz.engines.split import padded_size
@@ -167,7 +175,8 @@ class JaxAccumulation(Accumulation):
                                            f"width {split.width} under shard_map is not exactly 0")
         label = f"d {contract.differentiable_inputs[0].name}"
         step = gradient[:, :, :tokens].reshape(case.shape)
-        verdict.merge(judge_gradients(case, {label: step}, exact, cotangents, subject.precision))
+        verdict.merge(judge_gradients(case, {label: step}, exact, cotangents, subject.precision,
+                                      explain_combined_gradient(case, split)))
         return verdict
 
     def snippet(self, subject: Any, case: Case, split: MeshChunks, cotangents: dict[str, np.ndarray] | None,

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from fuzz.engines.accumulation import Accumulation
-from fuzz.engines.chunks import ChunkSplit, chunk_weight, explain_combination
+from fuzz.engines.chunks import ChunkSplit, chunk_weight, explain_combination, explain_combined_gradient
 from fuzz.engines.torch_ranks import TORCH_RANK_POOLS
 from fuzz.judge.forward import compare_values
 from fuzz.judge.gradients import judge_gradients
@@ -169,7 +169,8 @@ class TorchDDP(Accumulation):
             if not np.array_equal(gradient, gradients[0], equal_nan=True):
                 verdict.fail("replicas disagree", f"rank {rank}'s averaged gradient differs from rank 0's")
         label = f"d {case.contract.differentiable_inputs[0].name}"
-        verdict.merge(judge_gradients(case, {label: gradients[0]}, exact, cotangents, subject.precision))
+        verdict.merge(judge_gradients(case, {label: gradients[0]}, exact, cotangents, subject.precision,
+                                      explain_combined_gradient(case, split)))
         return verdict
 
     def snippet(self, subject: Any, case: Case, split: ChunkSplit, cotangents: dict[str, np.ndarray] | None,

@@ -1,6 +1,7 @@
-"""A snippet calls the user's function by its own name, unless the snippet's own code binds that name too (a DDP
-rank form named `step`, a JAX one named `forward`, a function named `out`): the snippet would then call its own
-object instead and fail on something else than the bug. There it imports the function under a name of its own."""
+"""A snippet calls the user's function by its own name, unless the snippet's own code uses that name too (a DDP
+rank form named `step`, a JAX one named `forward`, a function named `out` or `print`): the snippet would then call
+its own object instead, or the user's where it means a builtin, and fail on something else than the bug. There it
+imports the function under a name of its own."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from typing import Any
 PLACEHOLDER = "lossnorm_function_under_test"  # no snippet binds it: what the function is called while looking
 
 
-def bound_names(code: str) -> Counter[str]:
-    """How many times each name is bound in `code`, at any scope: assigned, defined, an argument, imported, caught."""
+def used_names(code: str) -> Counter[str]:
+    """How many times each name is used in `code`, at any scope: read (a builtin such as `print` too), assigned,
+    defined, an argument, imported, caught."""
     names: Counter[str] = Counter()
     for node in ast.walk(ast.parse(code)):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+        if isinstance(node, ast.Name):
             names[node.id] += 1
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names[node.name] += 1
@@ -51,13 +53,13 @@ def _under(source: Any, name: str) -> Any:
 
 
 def snippet_under_free_name(build: Callable[[Any], str], source: Any) -> str:
-    """`build(source)`, the snippet: as it is where nothing in it but the function's own lines binds the function's
+    """`build(source)`, the snippet: as it is where nothing in it but the function's own lines uses the function's
     name; else built again with the function imported as `<name>_under_test`. The snippet's own names are those
-    it binds while the function is called PLACEHOLDER, less those its import lines bind."""
+    it uses while the function is called PLACEHOLDER, less those its import lines use."""
     name: str = source.function_name
     looking = _under(source, PLACEHOLDER)
     try:
-        own = bound_names(build(looking)) - bound_names("\n".join(looking.import_lines))
+        own = used_names(build(looking)) - used_names("\n".join(looking.import_lines))
     except SyntaxError:  # a function whose source does not parse on its own: nothing to compare
         return build(source)
     if own[name] == 0:

@@ -24,7 +24,7 @@ from html import escape
 from typing import Any
 
 from fuzz.report.files import write_atomically
-from fuzz.report.results import bug_key, case_title
+from fuzz.report.results import BugKey, bug_keys, case_title
 from fuzz.report.weights import (
     PALETTE,
     Box,
@@ -177,7 +177,7 @@ def _other_meta(data: dict[str, Any], shown: set[str]) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class BugGroup:
-    """One distinct bug (fuzz/report/results.py, `bug_key`): the same kind of failure of the same subject and
+    """One distinct bug (fuzz/report/results.py, `bug_keys`): the same kind of failure of the same subject and
     contract on the same engine, in every cell (device, dtype, check, split) it showed in; each occurrence keeps its
     own minimal case and snippet."""
 
@@ -190,16 +190,16 @@ class BugGroup:
 
 
 def bug_groups(cells: Sequence[dict[str, Any]]) -> list[BugGroup]:
-    found: dict[tuple[str, str, str, str], list[tuple[int, int]]] = {}
-    kinds: dict[tuple[str, str, str, str], str] = {}  # each group's first kind, its card's title
+    occurrences = [(str(cell.get("implementation")), str(cell.get("contract")), str(cell.get("check")), bug["kind"])
+                   for cell in cells for bug in cell.get("bugs") or []]
+    key = bug_keys(occurrences)
+    found: dict[BugKey, list[tuple[int, int]]] = {}
     for index, cell in enumerate(cells):
         for number, bug in enumerate(cell.get("bugs") or []):
-            key = bug_key(str(cell.get("implementation")), str(cell.get("contract")), str(cell.get("check")),
-                          bug["kind"])
-            found.setdefault(key, []).append((index, number))
-            kinds.setdefault(key, bug["kind"])
-    return [BugGroup(n, kinds[key], key[0], key[1], key[2], tuple(where))
-            for n, (key, where) in enumerate(found.items(), 1)]
+            found.setdefault(key(str(cell.get("implementation")), str(cell.get("contract")), str(cell.get("check")),
+                                 bug["kind"]), []).append((index, number))
+    return [BugGroup(n, kind, impl, contract, engine, tuple(where))
+            for n, ((impl, contract, engine, kind), where) in enumerate(found.items(), 1)]
 
 
 def cell_problems(cell: dict[str, Any]) -> list[str]:

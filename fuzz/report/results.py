@@ -1,10 +1,10 @@
 """A cell's result: one (subject, device, check, dtype) under Hypothesis, with every distinct bug it found; and
-what one distinct bug is, across cells, for every report (`bug_key`)."""
+what one distinct bug is, across cells, for every report (`bug_keys`)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,24 +42,40 @@ def split_and_pass(check: str) -> str:
     return " ".join(word for word in check.split() if word in _PASSES or _SPLIT.match(word))
 
 
-# What every "<output> out of tolerance" and "d <input> out of tolerance" kind is one of, in a report: a wrong value.
-WRONG_VALUE = "a value out of tolerance"
+OUT_OF_TOLERANCE = " out of tolerance"  # the end of every value kind: "<output> ...", "d <input> ..."
+
+BugKey = tuple[str, str, str, str]
 
 
-def bug_family(kind: str) -> str:
-    """What tells two bugs apart in a report: the kind, except that a wrong output and a wrong gradient are one
-    wrong value. The gradient of a wrong formula is that formula's gradient (one mistake, found by both checks),
-    and where only the backward is wrong the forward cells conform; each cell's own wording stays under the bug."""
-    return WRONG_VALUE if kind.endswith(" out of tolerance") else kind
+def bug_key(implementation: str, contract: str, check: str, kind: str) -> BugKey:
+    """One kind of failure of one implementation under one bound contract on one engine (or in process), wherever
+    it shows: every device and dtype, every split of the engine, the forward and the gradient check alike. A
+    gradient check names what its forward raised as the forward check does (fuzz/judge/verdict.py,
+    `named_by_forward_alone`) and what only its backward raised by a kind of its own (`backward raised ...`), so
+    one kind in both checks is one bug. `bug_keys` also joins a wrong gradient to its wrong output."""
+    return implementation, contract, engine_of(check), kind
 
 
-def bug_key(implementation: str, contract: str, check: str, kind: str) -> tuple[str, str, str, str]:
-    """One distinct bug, as every report counts and groups them: one kind of failure (`bug_family`) of one
-    implementation under one bound contract on one engine (or in process), wherever it shows: every device and
-    dtype, every split of the engine, the forward and the gradient check alike. A gradient check names what its
-    forward raised as the forward check does (fuzz/judge/verdict.py, `named_by_forward_alone`) and what only its
-    backward raised by a kind of its own (`backward raised ...`), so one kind in both checks is one bug."""
-    return implementation, contract, engine_of(check), bug_family(kind)
+def bug_keys(occurrences: Iterable[tuple[str, str, str, str]]) -> Callable[[str, str, str, str], BugKey]:
+    """What makes one distinct bug, as every report counts and groups them, given every (implementation, contract,
+    check, kind) of the report: `bug_key`, except that a wrong gradient ("d <input> out of tolerance") is the bug
+    of the wrong output of the same implementation, contract and engine where its forward checks show exactly one
+    (the gradient of a wrong formula is that formula's: one mistake, found by both checks). Where they show none
+    (only the backward is wrong) or several (outputs wrong in several ways), it stays a bug of its own."""
+    forward_values: dict[tuple[str, str, str], set[str]] = {}
+    for implementation, contract, check, kind in occurrences:
+        if pass_of(check) == "forward" and kind.endswith(OUT_OF_TOLERANCE):
+            forward_values.setdefault((implementation, contract, engine_of(check)), set()).add(kind)
+
+    def key(implementation: str, contract: str, check: str, kind: str) -> BugKey:
+        found = bug_key(implementation, contract, check, kind)
+        if pass_of(check) == "gradients" and kind.startswith("d ") and kind.endswith(OUT_OF_TOLERANCE):
+            outputs = forward_values.get(found[:3], set())
+            if len(outputs) == 1:
+                return (*found[:3], next(iter(outputs)))
+        return found
+
+    return key
 
 
 def case_title(labels: Iterable[str]) -> str:

@@ -211,7 +211,10 @@ def _snippet(source: SnippetSource, case: Case, failures: list[str], cotangents:
         *([f"# contract: {contract.label}"] if contract.bound else []),
         f"# dtype {case.dtype}, device {case.device}, layout {case.layout}, shape {case.shape}",
         "from math import inf, nan",
-        *dict.fromkeys(["import numpy as np", *syntax.imports, *source.import_lines]),  # in order, no repeats
+        # the snippet's imports, each once and not again where the function's lines have it; those lines as they are
+        # (a function defined by its source may repeat a line)
+        *(line for line in dict.fromkeys(["import numpy as np", *syntax.imports]) if line not in source.import_lines),
+        *source.import_lines,
     ]
     if source.wrap is not None:  # the compiled mode's wrapping, e.g. "jax.jit({})"
         lines.append(f"{source.function_name} = {source.wrap.format(source.function_name)}")

@@ -10,18 +10,19 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import tempfile
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fuzz.report.files import write_atomically
-from fuzz.report.results import Bug, CellResult, bug_key, case_title, split_and_pass
+from fuzz.report.results import Bug, BugKey, CellResult, bug_keys, case_title, split_and_pass
 from fuzz.report.texts import for_terminal, is_compile_failure, shorten
 from reference.dtypes import DTYPE_NAMES
 
 WIDTH = 100
-SUBJECT_TAIL = 16  # a progress line keeps at least this much of a long name's end, else it is cut in the middle
+SUBJECT_TAIL = 8  # a progress line keeps at least this much of a long name's end ("...y:step"), else it is cut
 SNIPPET_LINES = 80  # a snippet longer than this goes to a file
 COLUMNS = 54  # the summary's columns besides the implementation's, their gaps and indent included
 
@@ -110,7 +111,8 @@ def summary(results: Sequence[CellResult]) -> list[str]:
         body += [*wrap(f"{contract}:"), *(line.text(name_width) for key, line in lines.items() if key[0] == contract)]
     cells = [cell for cell in results if cell.applicable]
     failing = sum(not cell.ok for cell in cells)
-    distinct = len({distinct_bug(c, bug) for c in cells for bug in c.bugs})
+    key = distinct_bugs(cells)
+    distinct = len({key(c, bug) for c in cells for bug in c.bugs})
     caseless = sum(bool(c.problems) for c in cells)
     verdict = ("every cell conforms" if not failing else
                f"{failing} of {len(cells)} cells fail: {distinct} distinct bug{'s' * (distinct != 1)}"
@@ -138,11 +140,12 @@ def snippet_file(snippet: str, folder: str | None) -> str:
     own = os.path.join(tempfile.gettempdir(), f"lossnorm-snippets-{user if user is not None else 'user'}")
     try:
         os.makedirs(own, mode=0o700, exist_ok=True)
-        if user is not None and os.stat(own).st_uid != user:
-            raise PermissionError(f"{own} belongs to another user")
+        found = os.lstat(own)  # the folder itself, never where a link of that name points
+        if not stat.S_ISDIR(found.st_mode) or (user is not None and found.st_uid != user):
+            raise PermissionError(f"{own} is not a folder of this user's")
         write_atomically(os.path.join(own, name), snippet)
         return os.path.join(own, name)
-    except OSError:  # that folder is not this user's, or cannot be made: a new file in the temporary folder
+    except OSError:  # that folder is not this user's (or a link), or cannot be made: a new file in the temporary one
         handle, path = tempfile.mkstemp(prefix="snippet-", suffix=".py")
         with os.fdopen(handle, "w") as file:
             file.write(snippet)
@@ -170,24 +173,25 @@ def _traceback(bug: Bug) -> list[str]:
 
 
 def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> list[str]:
-    """Every distinct bug (`bug_key`) of every failing cell: the first cell it shows in with its minimal case, its
+    """Every distinct bug (`bug_keys`) of every failing cell: the first cell it shows in with its minimal case, its
     traceback and snippet; every other cell where it shows, its first failure under it (one bug of a JAX check can
     show in 16 cells, one of a rank form in every R x G split; the JSON keeps every cell's case and snippet)."""
     lines: list[str] = []
-    found: dict[tuple[str, str, str, str], list[tuple[CellResult, Bug]]] = {}  # each distinct bug's cells, in order
+    key = distinct_bugs(results)
+    found: dict[BugKey, list[tuple[CellResult, Bug]]] = {}  # each distinct bug's cells, in order
     for cell in results:
         for bug in cell.bugs:
-            found.setdefault(distinct_bug(cell, bug), []).append((cell, bug))
+            found.setdefault(key(cell, bug), []).append((cell, bug))
     for cell in results:
         where = f"{cell.subject} | {cell.contract} | {cell.device} {cell.dtype} | {cell.check}"
         for problem in cell.problems:
             lines += ["", *wrap(f"=== FAIL {where}: {for_terminal(problem)}")]
         for bug in cell.bugs:
-            (_, first), *elsewhere = found[distinct_bug(cell, bug)]
+            (_, first), *elsewhere = found[key(cell, bug)]
             if first is not bug:
                 continue
-            # the cell's other bugs by kind: each has a block of its own, or a line under an earlier cell's
-            others = [other.kind for other in cell.bugs if other is not bug]
+            # the cell's bugs of other kinds: each has a block of its own, or a line under an earlier cell's
+            others = [other.kind for other in cell.bugs if key(cell, other) != key(cell, bug)]
             title = f"{where}: {bug.kind}" + (f" (this cell also: {'; '.join(others)})" if others else "")
             story = ", ".join(f"{label}={value!r}" for label, value in bug.story if label != "seed")
             lines += ["", *wrap(f"=== FAIL {title} ===")]
@@ -197,13 +201,14 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
             if bug.traceback:
                 lines += _traceback(bug)
             lines += _snippet_lines(bug, snippet_folder)
-            lines += _elsewhere(bug.kind, elsewhere)
+            lines += _elsewhere(bug.kind, [(other, found_bug) for other, found_bug in elsewhere if other is not cell])
     return lines
 
 
-def distinct_bug(cell: CellResult, bug: Bug) -> tuple[str, str, str, str]:
-    """A cell's bug as one distinct bug (fuzz/report/results.py, `bug_key`)."""
-    return bug_key(cell.subject, cell.contract, cell.check, bug.kind)
+def distinct_bugs(results: Sequence[CellResult]) -> Callable[[CellResult, Bug], BugKey]:
+    """A cell's bug as one distinct bug of these results (fuzz/report/results.py, `bug_keys`)."""
+    keys = bug_keys((cell.subject, cell.contract, cell.check, bug.kind) for cell in results for bug in cell.bugs)
+    return lambda cell, bug: keys(cell.subject, cell.contract, cell.check, bug.kind)
 
 
 def _elsewhere(kind: str, found: Sequence[tuple[CellResult, Bug]]) -> list[str]:

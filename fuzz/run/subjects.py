@@ -35,6 +35,9 @@ class SubjectSpec:
     contract: str = CONTRACT_NAMES[0]
     parameters: tuple[tuple[str, Any], ...] = field(default=())
     masked_values: str = "any"
+    # how a snippet binds the function where `name` is not how it was passed: the Python API's function object,
+    # loaded by its module's name on ranks and workers but rebuilt in a snippet from its file (fuzz/report/binding.py)
+    binding: tuple[tuple[str, ...], str] | None = None
 
     @property
     def bound_contract(self) -> Contract:
@@ -152,8 +155,8 @@ def check_subject(spec: SubjectSpec) -> Subject:
     """The user's function as a fuzzing subject; raises LoadError for anything that stops it loading."""
     assert spec.framework is not None
     target = load_target(spec.name)
-    return function_subject(spec.name, target.function, spec.framework, target.import_lines, target.function_name,
-                            spec)
+    import_lines, function_name = spec.binding or (target.import_lines, target.function_name)
+    return function_subject(spec.name, target.function, spec.framework, import_lines, function_name, spec)
 
 
 _BUILT: dict[SubjectSpec, Subject] = {}
