@@ -90,6 +90,8 @@ def test_a_progress_line_gives_up_the_contract_label_before_where_the_cell_ran()
     cell.contract, cell.worst, cell.worst_ulps = "accumulation (token-mean)", 1.2e6, 4.79e6
     line = progress_line(cell.check, cell, "cpu", "float32")
     assert len(line) <= WIDTH and "...loss.py:step | cpu float32 | DDP ranks R2xG1 gradients  2 ex" in line, line
+    cell.examples, cell.worst, cell.worst_ulps = 0, 0.0, 0.0  # timed out in its first example: no error to show
+    assert progress_line(cell.check, cell, "cpu", "float32").endswith("  0 ex, -, - ulp, 0.0 s")
 
 
 def test_a_kind_shown_again_is_one_line_under_its_first_cell_without_its_kind():

@@ -206,7 +206,8 @@ def _snippet(source: SnippetSource, case: Case, failures: list[str], cotangents:
     contract = case.contract
     lines = [
         "# Counterexample found by `python -m fuzz`. Where it imports the suite's own modules (a built-in",
-        "# does), run it with the suite importable: installed, or its checkout on PYTHONPATH.",
+        "# does, and so does a file of yours that imports fuzz), run it with the suite importable:",
+        "# installed, or its checkout on PYTHONPATH.",
         *failure_comments(failures),
         *([f"# contract: {contract.label}"] if contract.bound else []),
         f"# dtype {case.dtype}, device {case.device}, layout {case.layout}, shape {case.shape}",

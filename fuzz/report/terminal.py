@@ -55,7 +55,9 @@ def progress_line(row: str, cell: CellResult, device: str, dtype: str) -> str:
     headings have it whole), so the implementation, device, dtype and check show whole wherever they fit; a long
     implementation name keeps its end, where a file target names its function."""
     status = "ok  " if cell.ok else "FAIL"
-    tail = f"  {cell.examples} ex, {cell.worst:.3g}, {cell.worst_ulps:.3g} ulp, {cell.seconds:.1f} s"
+    # a cell that ran no example (it timed out, or its worker died at once) has no error to show: not a perfect 0
+    errors = f"{cell.worst:.3g}, {cell.worst_ulps:.3g} ulp" if cell.examples else "-, - ulp"
+    tail = f"  {cell.examples} ex, {errors}, {cell.seconds:.1f} s"
     room = WIDTH - len(tail) - 7
     labels = (cell.contract, cell.contract.split(" (", 1)[0], None)
     rests = [" | ".join(part for part in (label, f"{device} {dtype}", row) if part is not None) for label in labels]
