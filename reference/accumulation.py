@@ -186,7 +186,7 @@ def explain_gradient_factor(got: np.ndarray, want: np.ndarray, bound: np.ndarray
               if np.all(np.abs(got - factor * want) <= 2 * bound * max(1.0, factor) + 1e-6 * np.abs(factor * want))]
     if not causes or np.all(np.abs(got - want) <= bound):
         return None
-    return (f"the combined gradient is {ratio:.4g}x the full-batch gradient with R = {ranks}, G = {steps}: "
+    return (f"the combined gradient is {ratio:.3g}x the full-batch gradient with R = {ranks}, G = {steps}: "
             + "; or ".join(causes))
 
 
