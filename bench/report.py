@@ -54,7 +54,7 @@ def table(records: list[Record], floor_kernels: Callable[[Record], str | None] |
         if name == FLOOR and floor_kernels is not None:
             name = f"floor ({floor_kernels(record)})"
         fraction = "" if record.fraction_of_floor is None else f"{100 * record.fraction_of_floor:.1f}%"
-        fraction += " ~" if unsteady(record) else ""
+        fraction += " ~" if fraction and unsteady(record) else ""
         rows.append((record.label, name, record.device, record.dtype, f"{record.size} {record.batch}x{record.tokens}",
                      format_seconds(record.median_s), f"{record.gbps:.2f}", fraction))
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]

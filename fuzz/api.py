@@ -119,7 +119,13 @@ class Report:
         for failure in cased:  # a report's cells share one contract
             found.setdefault(key(failure.implementation, "", failure.check, failure.kind), []).append(failure)
         texts = [joined(wrap(failure.text())) for failure in caseless]
-        for first, *others in found.values():
+        for first, *rest in found.values():
+            cells = {(first.implementation, first.device, first.dtype, first.check)}
+            others = []  # the other cells, each once
+            for failure in rest:
+                if (where := (failure.implementation, failure.device, failure.dtype, failure.check)) not in cells:
+                    cells.add(where)
+                    others.append(failure)
             lines = wrap(first.text(snippet=False))
             if first.snippet:
                 lines += ["reproduce with this snippet:", "", first.snippet.rstrip("\n")]

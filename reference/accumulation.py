@@ -170,7 +170,8 @@ def _factors(ranks: int, steps: int) -> list[tuple[float, str]]:
         (steps, f"G = {steps}: is the 1/G missing, or does each micro-batch divide by its own count?"),
         (1 / steps, f"G = {steps}: is 1/G applied twice?"),
         (1 / ranks, f"R = {ranks}: is dp_size missing (the ranks' mean divides by R again)?"),
-        (ranks, f"R = {ranks}: is dp_size applied where the ranks' gradients are summed?")) if factor != 1]
+        (ranks, f"R = {ranks}: is dp_size applied where the ranks' gradients are summed, or does each micro-batch "
+                "divide by its own count?")) if factor != 1]
 
 
 def explain_gradient_factor(got: np.ndarray, want: np.ndarray, bound: np.ndarray, ranks: int, steps: int) -> str | None:

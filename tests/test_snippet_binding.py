@@ -240,7 +240,7 @@ def test_the_import_that_binds_a_function_is_renamed_where_the_snippet_uses_its_
         "from pkg.losses import step as step_under_test",)
     assert imported_as(("import os", "loss = _module.loss"), "loss", "x") == ("import os", "x = _module.loss")
     assert imported_as(("def forward(a):", "    return a"), "forward", "f") == (
-        "def forward(a):", "    return a", "f = forward")
+        "def forward(a):", "    return a", "f = forward", "del forward")
 
 
 def test_a_function_defined_by_its_source_keeps_its_repeated_lines(tmp_path):
@@ -255,3 +255,53 @@ def test_a_function_defined_by_its_source_keeps_its_repeated_lines(tmp_path):
     report = check(doubled_twice, framework="numpy", reduction="token-mean", dtypes=["float64"], max_examples=20,
                    seed=0, fail_fast=True)
     assert report.failures[0].snippet.count("total = total * 2.0") == 2
+
+
+FACTORY = """
+import numpy
+
+
+def make():
+    def print(token_losses, token_mask):  # named as the builtin the snippet prints with
+        selected = numpy.where(token_mask, token_losses, 0).astype(numpy.float64)
+        return numpy.asarray(selected.sum() / max(token_mask.size, 1))
+    return print
+"""
+
+
+def test_a_function_defined_by_its_source_and_named_as_a_builtin_leaves_the_builtin_to_the_snippet(tmp_path):
+    path = tmp_path / "factory.py"
+    path.write_text(FACTORY)
+    report = check(_module_from(path).make(), framework="numpy", reduction="token-mean", dtypes=["float64"],
+                   max_examples=20, seed=0, fail_fast=True)
+    snippet = report.failures[0].snippet
+    assert "print_under_test = print" in snippet and "del print" in snippet
+    run = _run_snippet(snippet, tmp_path / "run")
+    assert run.returncode == 1 and "AssertionError: loss" in run.stderr and "raised" not in run.stderr, run.stderr
+
+
+def test_the_snippet_of_a_packages_function_imports_it_by_its_name(tmp_path):
+    """A package's module may import its siblings relatively: its snippet imports it as the user's code does, and
+    runs wherever the package imports."""
+    package = tmp_path / "proj" / "mypkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "helpers.py").write_text(HELPERS)
+    (package / "losses.py").write_text(TRAINER.replace("import helpers", "from . import helpers"))
+    sys.path.insert(0, str(tmp_path / "proj"))
+    try:
+        import mypkg.losses
+        report = check(functools.partial(mypkg.losses.loss, scale=1.0), framework="numpy", reduction="token-mean",
+                       dtypes=["float64"], max_examples=20, seed=0, fail_fast=True)
+    finally:
+        sys.path.remove(str(tmp_path / "proj"))
+        for name in ("mypkg", "mypkg.losses", "mypkg.helpers"):
+            sys.modules.pop(name, None)
+    snippet = report.failures[0].snippet
+    assert "from mypkg.losses import loss" in snippet, snippet
+    script = tmp_path / "snippet.py"
+    script.write_text(snippet)
+    root = str(importlib.util.find_spec("fuzz").submodule_search_locations[0]).rsplit("/", 1)[0]
+    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{root}:{tmp_path / 'proj'}"})
+    assert run.returncode == 1 and "AssertionError: loss" in run.stderr, run.stderr[-2000:]

@@ -214,6 +214,12 @@ def test_a_wrong_loss_and_its_wrong_gradient_are_one_bug():
     outputs = [_failing("f", "forward", "a out of tolerance"), _failing("f", "forward", "b out of tolerance"),
                _failing("f", "gradients", "d x out of tolerance")]
     assert any("3 of 3 cells fail: 3 distinct bugs." in line for line in summary(outputs))
+    # a gradient cell that shows the one wrong output through two inputs is one more cell, listed once
+    through_two = [_failing("f", "forward", "a out of tolerance"), _failing("f", "gradients", "d x out of tolerance")]
+    through_two[1].bugs.append(Bug("d y out of tolerance", ["d y out of tolerance"], through_two[1].bugs[0].case, ""))
+    text = " ".join(" ".join(bugs(through_two)).split())
+    assert "the same bug in 1 more cell " in text and text.count("- gradients in cpu float32") == 1, text
+    assert any("2 of 2 cells fail: 1 distinct bug." in line for line in summary(through_two))
     # nor does one cell's second wrong output read as "the same bug in 1 more cell"
     both = _failing("f", "forward", "a out of tolerance")
     both.bugs.append(Bug("b out of tolerance", ["b out of tolerance: in forward"], both.bugs[0].case, "assert 0\n"))

@@ -9,6 +9,7 @@ import inspect
 import math
 import os
 import re
+import sys
 import textwrap
 import types
 from collections.abc import Callable
@@ -88,8 +89,13 @@ def _function_lines(function: Callable[..., Any]) -> tuple[tuple[str, ...], str]
     path, names = _module_of(function)
     lines = module_file_lines(path, "_fuzz_target", script=names.get("__name__") == "__main__") if path else ()
     code = getattr(function, "__code__", None)
+    package = names.get("__package__")
     for held in (getattr(function, "__name__", None), getattr(code, "co_name", None)):  # __name__ may be renamed
         if path and isinstance(held, str) and held.isidentifier() and names.get(held) is function:
+            # a package's module may import its siblings relatively: loaded alone from its file it would not load,
+            # so it is imported by its name, as the user's code imports it
+            if package and sys.modules.get(str(names.get("__name__"))) is inspect.getmodule(function):
+                return (f"from {names['__name__']} import {held}",), held
             return (*lines, f"{held} = _module.{held}"), held
     name = _defined_name(function)
     source = None if inspect.ismethod(function) else _source(function, name)  # a method needs its instance

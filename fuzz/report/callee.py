@@ -36,13 +36,15 @@ def used_names(code: str) -> Counter[str]:
 def imported_as(import_lines: tuple[str, ...], name: str, alias: str) -> tuple[str, ...]:
     """`import_lines` (whose last line binds `name`) binding `alias` instead: the import or the assignment from the
     loaded module renamed, so `name` is never bound (it may be one of the snippet's modules, `np`); a function
-    defined by its source keeps its name and is assigned to `alias` after it."""
+    defined by its source is assigned to `alias` after it, and its own name deleted."""
     *before, last = import_lines or ("",)
     renamed = re.sub(rf"^(from \S+ import ){re.escape(name)}$", rf"\g<1>{name} as {alias}", last)
     renamed = re.sub(rf"^{re.escape(name)} = (_module\.{re.escape(name)})$", rf"{alias} = \g<1>", renamed)
     if renamed != last:
         return (*before, renamed)
-    return (*import_lines, f"{alias} = {name}")
+    # defined by its source: kept under `alias`, and its own name let go, so a builtin of that name (print) is
+    # the builtin again where the snippet calls it
+    return (*import_lines, f"{alias} = {name}", f"del {name}")
 
 
 def _under(source: Any, name: str) -> Any:

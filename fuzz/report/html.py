@@ -196,8 +196,10 @@ def bug_groups(cells: Sequence[dict[str, Any]]) -> list[BugGroup]:
     found: dict[BugKey, list[tuple[int, int]]] = {}
     for index, cell in enumerate(cells):
         for number, bug in enumerate(cell.get("bugs") or []):
-            found.setdefault(key(str(cell.get("implementation")), str(cell.get("contract")), str(cell.get("check")),
-                                 bug["kind"]), []).append((index, number))
+            where = found.setdefault(key(str(cell.get("implementation")), str(cell.get("contract")),
+                                         str(cell.get("check")), bug["kind"]), [])
+            if all(seen != index for seen, _ in where):  # each cell once (one wrong output through two inputs)
+                where.append((index, number))
     return [BugGroup(n, kind, impl, contract, engine, tuple(where))
             for n, ((impl, contract, engine, kind), where) in enumerate(found.items(), 1)]
 

@@ -203,8 +203,19 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
             if bug.traceback:
                 lines += _traceback(bug)
             lines += _snippet_lines(bug, snippet_folder)
-            lines += _elsewhere(bug.kind, [(other, found_bug) for other, found_bug in elsewhere if other is not cell])
+            lines += _elsewhere(bug.kind, _one_per_cell(cell, elsewhere))
     return lines
+
+
+def _one_per_cell(first: CellResult, found: Sequence[tuple[CellResult, Bug]]) -> list[tuple[CellResult, Bug]]:
+    """The other cells of a bug, each once (a gradient cell may show one wrong output's bug through two inputs)."""
+    seen = {id(first)}
+    kept = []
+    for cell, bug in found:
+        if id(cell) not in seen:
+            seen.add(id(cell))
+            kept.append((cell, bug))
+    return kept
 
 
 def distinct_bugs(results: Sequence[CellResult]) -> Callable[[CellResult, Bug], BugKey]:
