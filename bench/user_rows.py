@@ -52,9 +52,10 @@ def user_row(target: str, framework: str, contract: str, parameters: dict[str, A
              masked_values: str = "any") -> UserRow:
     """The user's function as a row; fuzz.loader.LoadError (or CallShapeError) where it cannot be loaded or cannot
     take the contract's call, as `check` says it."""
-    from fuzz.run.subjects import SubjectSpec, check_subject
+    from fuzz.run.subjects import SubjectSpec, build_subject
 
-    subject = check_subject(SubjectSpec.of(target, framework, contract=contract, parameters=parameters,
+    # once per process, as the fuzzer builds a subject: every row of the run times one loaded (and compiled) function
+    subject = build_subject(SubjectSpec.of(target, framework, contract=contract, parameters=parameters,
                                            masked_values=masked_values))
     return UserRow(row_name(target, framework), subject.adapter, subject.function, subject.contract,
                    subject.compiled)

@@ -26,7 +26,7 @@ from fuzz.engines.registry import RANKS_ENGINES, rank_call
 from fuzz.loader import CallShapeError, check_call_shape, load_target
 from fuzz.report.binding import display_name, snippet_binding
 from fuzz.report.matrix import render_matrix
-from fuzz.report.results import CellResult, bug_keys, case_title
+from fuzz.report.results import CellResult, bug_keys, case_title, one_per_cell
 from fuzz.report.terminal import bugs, joined, other_cells, summary, wrap
 from fuzz.report.texts import for_terminal
 from fuzz.run.calls import DEFAULT_TIMEOUT, ThreadWatcher
@@ -119,13 +119,8 @@ class Report:
         for failure in cased:  # a report's cells share one contract
             found.setdefault(key(failure.implementation, "", failure.check, failure.kind), []).append(failure)
         texts = [joined(wrap(failure.text())) for failure in caseless]
-        for first, *rest in found.values():
-            cells = {(first.implementation, first.device, first.dtype, first.check)}
-            others = []  # the other cells, each once
-            for failure in rest:
-                if (where := (failure.implementation, failure.device, failure.dtype, failure.check)) not in cells:
-                    cells.add(where)
-                    others.append(failure)
+        for occurrences in found.values():
+            first, *others = one_per_cell(occurrences, lambda f: (f.implementation, f.device, f.dtype, f.check))
             lines = wrap(first.text(snippet=False))
             if first.snippet:
                 lines += ["reproduce with this snippet:", "", first.snippet.rstrip("\n")]
@@ -241,6 +236,8 @@ def check(
     else:
         name, function = display_name(fn), fn
         import_lines, function_name = snippet_binding(fn)
+    # workers and ranks load a function object by its module's name; its snippet binds it as in process
+    binding = None if isinstance(fn, str) else (import_lines, function_name)
     subject_spec = SubjectSpec.of(name, framework, contract=contract, parameters=parameters, precision=precision,
                                   masked_values=masked_values)
     # a rank form runs on its engine's ranks, which load it by name: nothing to wrap here (jax.jit would want the
@@ -266,9 +263,7 @@ def check(
         from fuzz.engines.plan import plan_sharded_cells
 
         engine = RANKS_ENGINES[framework] if ranks else "accumulation"
-        # ranks load a function object by its module's name; its snippet rebuilds it from its file, as in process
-        named = subject_spec if spec is None else replace(subject_spec, name=spec, binding=None if isinstance(
-            fn, str) else (import_lines, function_name))
+        named = subject_spec if spec is None else replace(subject_spec, name=spec, binding=binding)
         tasks = plan_sharded_cells(named, engine, list(dtypes), devices, max_examples, seed, gradients,
                                    gradient_examples)
     else:
@@ -280,7 +275,6 @@ def check(
     if spec is not None and workers:
         from fuzz.run.workers import run_cells
 
-        binding = None if isinstance(fn, str) else (import_lines, function_name)
         tasks = [replace(task, subject=replace(subject_spec, name=spec, binding=binding)) for task in tasks]
         return Report(tuple(run_cells(tasks, jobs=workers or 1, fail_fast=fail_fast, timeout=timeout)),
                       tuple(dtypes))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -535,13 +535,6 @@ def _half_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[C
     return found
 
 
-def _mode_weights(expected: Exact, mode: str, rows: str, l_max: float) -> np.ndarray:
-    """The row weights of `mode` under the rows convention `rows` on the case of `expected`."""
-    other = Exact(expected.loss, mode, rows, l_max, expected.counts, expected.row_sums, expected.magnitudes,
-                  expected.total, expected.row_means, expected.tokens)
-    return row_weights(other)
-
-
 def _candidates(expected: Exact, observed: float | None) -> list[Candidate]:
     """What a wrong implementation of the declared mode often computes instead, each with what it says about the
     code; the declared mode's own slips first, then the other modes and conventions. `observed`, the weight a
@@ -576,7 +569,7 @@ def _candidates(expected: Exact, observed: float | None) -> list[Candidate]:
         for convention in (ROWS if candidate in ROW_MODES else ("all",)):
             if (candidate, convention) == (mode, rows if mode in ROW_MODES else "all"):
                 continue
-            weights = _mode_weights(expected, candidate, convention, l_max or CAMPAIGN_L_MAX)
+            weights = row_weights(replace(expected, mode=candidate, rows=convention, l_max=l_max or CAMPAIGN_L_MAX))
             if candidate == mode:  # the other rows convention
                 counted = "every row" if convention == "all" else "only the rows with a selected token"
                 found.append((f"the exact {mode} with D counting {counted}: rows={convention}, where rows={rows} "

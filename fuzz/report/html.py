@@ -24,7 +24,7 @@ from html import escape
 from typing import Any
 
 from fuzz.report.files import write_atomically
-from fuzz.report.results import BugKey, bug_keys, case_title
+from fuzz.report.results import BugKey, bug_keys, case_title, one_per_cell
 from fuzz.report.weights import (
     PALETTE,
     Box,
@@ -196,11 +196,9 @@ def bug_groups(cells: Sequence[dict[str, Any]]) -> list[BugGroup]:
     found: dict[BugKey, list[tuple[int, int]]] = {}
     for index, cell in enumerate(cells):
         for number, bug in enumerate(cell.get("bugs") or []):
-            where = found.setdefault(key(str(cell.get("implementation")), str(cell.get("contract")),
-                                         str(cell.get("check")), bug["kind"]), [])
-            if all(seen != index for seen, _ in where):  # each cell once (one wrong output through two inputs)
-                where.append((index, number))
-    return [BugGroup(n, kind, impl, contract, engine, tuple(where))
+            found.setdefault(key(str(cell.get("implementation")), str(cell.get("contract")), str(cell.get("check")),
+                                 bug["kind"]), []).append((index, number))
+    return [BugGroup(n, kind, impl, contract, engine, tuple(one_per_cell(where, lambda occurrence: occurrence[0])))
             for n, ((impl, contract, engine, kind), where) in enumerate(found.items(), 1)]
 
 

@@ -4,9 +4,9 @@ what one distinct bug is, across cells, for every report (`bug_keys`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from reference.case import Case
 from reference.tolerance import CONTRACT
@@ -45,6 +45,7 @@ def split_and_pass(check: str) -> str:
 OUT_OF_TOLERANCE = " out of tolerance"  # the end of every value kind: "<output> ...", "d <input> ..."
 
 BugKey = tuple[str, str, str, str]
+T = TypeVar("T")
 
 
 def bug_key(implementation: str, contract: str, check: str, kind: str) -> BugKey:
@@ -76,6 +77,18 @@ def bug_keys(occurrences: Iterable[tuple[str, str, str, str]]) -> Callable[[str,
         return found
 
     return key
+
+
+def one_per_cell(occurrences: Iterable[T], cell: Callable[[T], Hashable]) -> list[T]:
+    """A bug's occurrences, the first of each cell only: a gradient cell can show one wrong output's bug through
+    two inputs (`bug_keys`), and it is one more cell of that bug, not two."""
+    seen: set[Hashable] = set()
+    kept = []
+    for occurrence in occurrences:
+        if (where := cell(occurrence)) not in seen:
+            seen.add(where)
+            kept.append(occurrence)
+    return kept
 
 
 def case_title(labels: Iterable[str]) -> str:

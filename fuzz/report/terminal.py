@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fuzz.report.files import write_atomically
-from fuzz.report.results import Bug, BugKey, CellResult, bug_keys, case_title, split_and_pass
+from fuzz.report.results import Bug, BugKey, CellResult, bug_keys, case_title, one_per_cell, split_and_pass
 from fuzz.report.texts import for_terminal, is_compile_failure, shorten
 from reference.dtypes import DTYPE_NAMES
 
@@ -189,7 +189,7 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
         for problem in cell.problems:
             lines += ["", *wrap(f"=== FAIL {where}: {for_terminal(problem)}")]
         for bug in cell.bugs:
-            (_, first), *elsewhere = found[key(cell, bug)]
+            (_, first), *elsewhere = one_per_cell(found[key(cell, bug)], lambda occurrence: id(occurrence[0]))
             if first is not bug:
                 continue
             # the cell's bugs of other kinds: each has a block of its own, or a line under an earlier cell's
@@ -203,19 +203,8 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
             if bug.traceback:
                 lines += _traceback(bug)
             lines += _snippet_lines(bug, snippet_folder)
-            lines += _elsewhere(bug.kind, _one_per_cell(cell, elsewhere))
+            lines += _elsewhere(bug.kind, elsewhere)
     return lines
-
-
-def _one_per_cell(first: CellResult, found: Sequence[tuple[CellResult, Bug]]) -> list[tuple[CellResult, Bug]]:
-    """The other cells of a bug, each once (a gradient cell may show one wrong output's bug through two inputs)."""
-    seen = {id(first)}
-    kept = []
-    for cell, bug in found:
-        if id(cell) not in seen:
-            seen.add(id(cell))
-            kept.append((cell, bug))
-    return kept
 
 
 def distinct_bugs(results: Sequence[CellResult]) -> Callable[[CellResult, Bug], BugKey]:

@@ -36,7 +36,7 @@ class SubjectSpec:
     parameters: tuple[tuple[str, Any], ...] = field(default=())
     masked_values: str = "any"
     # how a snippet binds the function where `name` is not how it was passed: the Python API's function object,
-    # loaded by its module's name on ranks and workers but rebuilt in a snippet from its file (fuzz/report/binding.py)
+    # loaded by its module's name on ranks and workers, bound in a snippet as in process (fuzz/report/binding.py)
     binding: tuple[tuple[str, ...], str] | None = None
 
     @property
