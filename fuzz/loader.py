@@ -74,7 +74,8 @@ def _a_rank_form(signature: inspect.Signature, contract: Any, rank_call: object)
         except Exception:  # not this engine's call (or its framework is not here)
             continue
         return (f"; it takes the keywords of a rank form on {framework}'s ranks ({', '.join(keywords)}): check it "
-                "there (--ranks on the command line, ranks=True in check)")
+                f"there (--framework {framework} --ranks on the command line, framework=\"{framework}\", ranks=True "
+                "in check)")
     return ""
 
 

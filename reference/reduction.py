@@ -582,11 +582,23 @@ def _candidates(expected: Exact, observed: float | None) -> list[Candidate]:
                           _per_row(expected, expected.counts.astype(np.float64), 1.0)))
     if mode == SEQ_MEAN_TOKEN_SUM_NORM and divisor:  # read off the value, so the least likely: last
         ratio = 1.0 / (divisor * observed) if observed else math.inf
-        implied = round(ratio) if math.isfinite(ratio) else 0
-        if _a_length_constant(implied) and implied not in (l_max, padded):
+        implied = _length_near(ratio)
+        if implied is not None and implied not in (l_max, padded):
             found.append((f"the exact {mode} with L_max = {implied}, where L_max = {l_max:g} is declared: another "
                           "constant in the code?", _uniform(expected, 1.0 / (divisor * implied))))
     return found
+
+
+def _length_near(ratio: float) -> int | None:
+    """The length constant (`_a_length_constant`) nearest `ratio`, a value read as 1/(D L_max): the whole number
+    nearest it, or else the power of two or the multiple of 100 nearest it. A half-precision gradient is read
+    with its rounding (in bfloat16, c / (D 1024) reads as 1020 to 1028); the candidate's own allowance, checked
+    after, decides whether the value matches it."""
+    if not math.isfinite(ratio) or ratio < 0.5:
+        return None
+    near = [length for length in {round(ratio), 2 ** round(math.log2(ratio)), 100 * round(ratio / 100)}
+            if _a_length_constant(length)]
+    return min(near, key=lambda length: (abs(length - ratio), length), default=None)
 
 
 def _value(expected: Exact, weights: np.ndarray) -> float:
@@ -606,15 +618,18 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
     that it equals, the likeliest first: a small case can make several coincide). "Equals" is within what the
     contract precision allows an implementation of that mistake to round, whatever precision judged the loss: the
     hint names a formula, and under --precision strict that allowance spans many strict tolerances. A mistake is
-    named only where its exact value is itself out of tolerance, and never for a value nearer the declared mode's
-    exact loss than the mistake's: where the allowance is wide (half precision, long rows), a value a strict
-    tolerance rejects may still be nearly right."""
+    named only for a value the contract precision rejects too (one that only a strict tolerance rejects is a
+    matter of rounding, not of formula), only where the mistake's exact value is itself out of tolerance, and never
+    for a value nearer the declared mode's exact loss than the mistake's: where the allowance is wide (half
+    precision, long rows), a value a strict tolerance rejects may still be nearly right."""
     expected = exact_results(case)  # the declared mode's
     got = float(np.asarray(values[LOSS]))
     if not math.isfinite(got):
         return None
     scale = max(float(tolerance(expected, case.dtype)[LOSS]), 1e-300)
     exact_loss = float(expected.loss)
+    if abs(got - exact_loss) <= scale:  # right under the contract precision: no mistake to name
+        return None
     observed = got / expected.total if expected.total else None
     matches = []
     for text, weights in _candidates(expected, observed):
@@ -630,7 +645,8 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
 def explain_gradient(case: Case, cotangents: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> str | None:
     """A wrong gradient of the losses named as `explain` names a wrong loss: where it is, within the contract's
     allowance, c m_it w_i for the row weights w_i of one of the usual mistakes (out of tolerance itself, and
-    nearer the gradient than the declared mode's is). A backward that weighs the tokens as another mode does
+    nearer the gradient than the declared mode's is), where the contract precision rejects the gradient too. A
+    backward that weighs the tokens as another mode does
     (a custom kernel's, a hand-written one) is named so even where the loss is right."""
     gradient = got.get(LOSSES)
     cotangent = float(np.asarray(cotangents[LOSS]))
@@ -641,6 +657,8 @@ def explain_gradient(case: Case, cotangents: dict[str, np.ndarray], got: dict[st
     exact_gradients = case_vjp(case, cotangents, exact_results(case))
     expected, want = exact_gradients.expected, exact_gradients.token_losses
     bound = gradient_tolerance(exact_gradients, cotangents, case.dtype)[LOSSES][0]  # the contract precision
+    if (np.abs(gradient - want) <= bound).all():  # right under the contract precision: no mistake to name
+        return None
     observed = float(np.median(gradient[mask])) / cotangent
     matches = []
     for text, weights in _candidates(expected, observed):

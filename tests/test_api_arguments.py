@@ -125,7 +125,8 @@ def _agg_loss(loss_mat, loss_mask, loss_agg_mode):  # verl's signature: the mode
      "got an unexpected keyword argument 'num_tokens'"),  # no advice to declare the mode it declares
     (_torch_rank_form, {"reduction": "token-mean", "accumulation": True},
      "missing a required argument: 'step_masks'; it takes the keywords of a rank form on torch's ranks (step_masks, "
-     "group, accumulation_steps): check it there (--ranks on the command line, ranks=True in check)"),
+     "group, accumulation_steps): check it there (--framework torch --ranks on the command line, "
+     "framework=\"torch\", ranks=True in check)"),
 ])
 def test_a_function_that_cannot_take_the_contracts_call_is_refused_before_fuzzing(fn, options, message):
     with pytest.raises(TypeError, match=re.escape(message) + "$"):  # the whole message's end: no other advice

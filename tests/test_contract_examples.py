@@ -10,6 +10,7 @@ import pytest
 from impls import get_implementation
 from reference.case import Case
 from reference.contracts import CONTRACT_NAMES, get_contract
+from reference.dtypes import round_to
 from reference.exact import exact_results
 from reference.tolerance import STRICT
 from tests.conftest import in_process_builtins
@@ -205,6 +206,68 @@ def test_each_ranks_own_count_is_a_cause_only_where_the_function_counts_for_itse
     in_process = explain_combination(case, chunks, 2, 2, own_means)
     assert "does each rank divide by its own token count (or rows), not the step's all-reduced" in rank_form
     assert "mean of micro-batch means" in in_process and "does each rank" not in in_process
+
+
+def _near_token_mean_case(seed: int) -> Case:
+    """Per-sequence declared, bfloat16, 4 rows of 23 tokens, about 60% selected: token-mean's exact loss lies
+    within a few contract tolerances of the declared one (seed 0), or its weights do (seed 30: counts 15, 15, 15,
+    16)."""
+    rng = np.random.default_rng(seed)
+    mask = rng.random((4, 23)) < 0.6
+    losses = round_to(rng.uniform(-2.0, 2.0, mask.shape), "bfloat16")
+    contract = get_contract("reduction", {"mode": "seq-mean-token-mean", "rows": "all"})
+    return Case(contract=contract, dtype="bfloat16", token_losses=losses, token_mask=mask)
+
+
+def test_a_loss_the_contract_precision_accepts_is_never_named_as_a_mistake():
+    """Under --precision strict a bfloat16 loss may fail while within the contract's tolerance: rounding, not a
+    formula, so no mistake is named there, even one nearer the value than the declared mode's exact loss is; at
+    that mistake's own value it is named."""
+    from reference.reduction import explain, tolerance
+
+    case = _near_token_mean_case(0)
+    expected = exact_results(case)
+    scale = float(tolerance(expected, "bfloat16")["loss"])
+    token_mean = float(expected.total) / int(case.token_mask.sum())
+    near = float(expected.loss) + np.clip(token_mean - float(expected.loss), -0.95 * scale, 0.95 * scale)
+    assert abs(token_mean - float(expected.loss)) > scale  # a mistake the contract itself would reject
+    assert explain(case, {"loss": np.array(near)}) is None
+    assert "the exact token-mean, where seq-mean-token-mean is declared?" in explain(
+        case, {"loss": np.array(token_mean)})
+
+
+def test_a_gradient_the_contract_precision_accepts_is_never_named_as_a_mistake():
+    """As for the loss: a bfloat16 gradient within the contract's tolerance of the exact one, moved toward
+    token-mean's weights, is not explained; token-mean's weights themselves are."""
+    from reference.reduction import case_vjp, explain_gradient, gradient_tolerance
+
+    case = _near_token_mean_case(30)
+    mask, cotangents = case.token_mask, {"loss": np.array(1.0)}
+    exact = case_vjp(case, cotangents)
+    bound = gradient_tolerance(exact, cotangents, "bfloat16")["token_losses"][0]
+    token_mean = np.where(mask, 1.0 / mask.sum(), 0.0)
+    near = np.where(mask, exact.token_losses + np.clip(token_mean - exact.token_losses, -0.95 * bound,
+                                                       0.95 * bound), 0.0)
+    assert (np.abs(token_mean - exact.token_losses) > bound).any()
+    assert explain_gradient(case, cotangents, {"token_losses": near}) is None
+    assert explain_gradient(case, cotangents, {"token_losses": token_mean}) == (
+        "it is the gradient of the exact token-mean, where seq-mean-token-mean is declared?")
+
+
+def test_a_bfloat16_fixed_length_gradient_names_its_constant_through_its_rounding():
+    """Fixed length declared with L_max = 10, bfloat16: a backward dividing by D 1024 gives c / 2048 rounded to
+    bfloat16, which reads as L_max = 1020 to 1028; the length constant nearest it is named."""
+    from reference.reduction import explain_gradient
+
+    contract = get_contract("reduction")
+    example = next(example for example in contract.examples if example.name == "the book's example, fixed-length")
+    case = _case(contract, example, "bfloat16", "cpu")
+    cotangents = {"loss": np.array(0.7)}
+    gradient = np.where(case.token_mask, round_to(np.array(0.7 / (2 * 1024)), "bfloat16"), 0.0)
+    assert float(gradient.max()) != 0.7 / 2048  # rounded: 1/(D w) is not 1024
+    assert explain_gradient(case, cotangents, {"token_losses": gradient}) == (
+        "it is the gradient of the exact seq-mean-token-sum-norm with L_max = 1024, where L_max = 10 is declared: "
+        "another constant in the code?")
 
 
 def test_a_wrong_gradient_is_named_as_the_formula_whose_gradient_it_is():

@@ -209,18 +209,26 @@ def {name}(token_losses, token_mask):
 """
 
 
-@pytest.mark.parametrize("passed", ["value", "target"])
+@pytest.mark.parametrize("passed", ["value", "target", "nested"])
 @pytest.mark.parametrize("name", ["as_float64", "out", "np", "print", "zip"])
 def test_a_function_named_as_a_name_of_the_snippet_is_still_the_one_it_calls(tmp_path, name, passed):
     """A function named as one of the snippet's own variables or modules is imported under a name of its own, so the
-    snippet calls it and finds its bug, not one of its own objects."""
+    snippet calls it and finds its bug, not one of its own objects; one defined by its source (a nested function)
+    is kept under that name, and the snippet's own module of its name (np) bound again after it."""
     path = tmp_path / "named.py"
-    path.write_text(NAMED_AS_THE_SNIPPETS_OWN.format(name=name))
-    function = getattr(_module_from(path), name) if passed == "value" else f"{path}:{name}"
+    source = NAMED_AS_THE_SNIPPETS_OWN.format(name=name)
+    if passed == "nested":
+        source = source.replace(f"\ndef {name}(", f"\ndef make():\n  def {name}(").replace("\n    ", "\n      ")
+        source += f"  return {name}\n"
+    path.write_text(source)
+    module = _module_from(path)
+    function = {"value": lambda: getattr(module, name), "target": lambda: f"{path}:{name}",
+                "nested": lambda: module.make()}[passed]()
     report = check(function, framework="numpy", reduction="token-mean", dtypes=["float64"], max_examples=20, seed=0,
                    fail_fast=True)
     snippet = report.failures[0].snippet
-    assert f"{name}_under_test = _module.{name}" in snippet and f"{name}_under_test(token_losses" in snippet
+    bound = f"{name}_under_test = {name}" if passed == "nested" else f"{name}_under_test = _module.{name}"
+    assert bound in snippet and f"{name}_under_test(token_losses" in snippet
     run = _run_snippet(snippet, tmp_path / "run")
     assert run.returncode == 1 and "AssertionError: loss" in run.stderr, run.stderr[-2000:]
     assert "raised" not in run.stderr, run.stderr[-2000:]
@@ -241,6 +249,8 @@ def test_the_import_that_binds_a_function_is_renamed_where_the_snippet_uses_its_
     assert imported_as(("import os", "loss = _module.loss"), "loss", "x") == ("import os", "x = _module.loss")
     assert imported_as(("def forward(a):", "    return a"), "forward", "f") == (
         "def forward(a):", "    return a", "f = forward", "del forward")
+    assert imported_as(("def np(a):", "    return a"), "np", "g", ("import numpy as np",)) == (
+        "def np(a):", "    return a", "g = np", "import numpy as np")
 
 
 def test_a_function_defined_by_its_source_keeps_its_repeated_lines(tmp_path):

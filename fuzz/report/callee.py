@@ -33,25 +33,33 @@ def used_names(code: str) -> Counter[str]:
     return names
 
 
-def imported_as(import_lines: tuple[str, ...], name: str, alias: str) -> tuple[str, ...]:
+def imported_as(import_lines: tuple[str, ...], name: str, alias: str,
+                rebind: tuple[str, ...] = ()) -> tuple[str, ...]:
     """`import_lines` (whose last line binds `name`) binding `alias` instead: the import or the assignment from the
     loaded module renamed, so `name` is never bound (it may be one of the snippet's modules, `np`); a function
-    defined by its source is assigned to `alias` after it, and its own name deleted."""
+    defined by its source is assigned to `alias` after it, and its own name let go: deleted, so a builtin of that
+    name (print) is the builtin again, or bound again by `rebind`, the snippet's own imports of it (`import numpy
+    as np`), which its definition replaced."""
     *before, last = import_lines or ("",)
     renamed = re.sub(rf"^(from \S+ import ){re.escape(name)}$", rf"\g<1>{name} as {alias}", last)
     renamed = re.sub(rf"^{re.escape(name)} = (_module\.{re.escape(name)})$", rf"{alias} = \g<1>", renamed)
     if renamed != last:
         return (*before, renamed)
-    # defined by its source: kept under `alias`, and its own name let go, so a builtin of that name (print) is
-    # the builtin again where the snippet calls it
-    return (*import_lines, f"{alias} = {name}", f"del {name}")
+    return (*import_lines, f"{alias} = {name}", *(rebind or (f"del {name}",)))
 
 
-def _under(source: Any, name: str) -> Any:
+def imports_binding(code: str, name: str) -> tuple[str, ...]:
+    """The top-level import statements of `code` that bind `name`, as written."""
+    return tuple(ast.get_source_segment(code, node) or "" for node in ast.parse(code).body
+                 if isinstance(node, (ast.Import, ast.ImportFrom))
+                 and any((alias.asname or alias.name.split(".")[0]) == name for alias in node.names))
+
+
+def _under(source: Any, name: str, rebind: tuple[str, ...] = ()) -> Any:
     """`source` (a dataclass with `function_name` and `import_lines`: a Subject, a SnippetSource) calling the
     function `name`."""
     return dataclasses.replace(source, function_name=name,
-                               import_lines=imported_as(source.import_lines, source.function_name, name))
+                               import_lines=imported_as(source.import_lines, source.function_name, name, rebind))
 
 
 def snippet_under_free_name(build: Callable[[Any], str], source: Any) -> str:
@@ -61,7 +69,8 @@ def snippet_under_free_name(build: Callable[[Any], str], source: Any) -> str:
     name: str = source.function_name
     looking = _under(source, PLACEHOLDER)
     try:
-        own = used_names(build(looking)) - used_names("\n".join(looking.import_lines))
+        built = build(looking)
+        own = used_names(built) - used_names("\n".join(looking.import_lines))
     except SyntaxError:  # a function whose source does not parse on its own: nothing to compare
         return build(source)
     if own[name] == 0:
@@ -69,5 +78,5 @@ def snippet_under_free_name(build: Callable[[Any], str], source: Any) -> str:
     alias = f"{name}_under_test"
     while own[alias]:
         alias += "_"
-    return build(_under(source, alias))
+    return build(_under(source, alias, imports_binding(built, name)))
 
