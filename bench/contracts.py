@@ -29,12 +29,15 @@ def canonical_mode(text: str) -> str:
 
 def parameters_for(contract: str, mode: str | None = None) -> dict[str, Any]:
     """The declared parameters a contract's rows run with: none for a contract without any; for the reduction,
-    `mode` (default: the contract's default) with the campaign's other settings for it (rows=all, and the
-    campaign's L_max for fixed length, which needs one: its value does not change what a call reads)."""
+    `mode` (default: the contract's default) with the campaign's other settings for it: rows=all, or the
+    convention of the trainer whose spelling `mode` is (as `check --reduction` reads it), and the campaign's L_max
+    for fixed length, which needs one (its value does not change what a call reads)."""
     if contract != REDUCTION or mode is None:
         return {}
-    menu = get_contract(REDUCTION).parameter_menu
-    return dict(next(entry for entry in menu if entry["mode"] == canonical_mode(mode)))
+    reduction = get_contract(REDUCTION)
+    wanted = {"mode": canonical_mode(mode), "rows": "all", **reduction.implied_by({"mode": mode})}
+    return dict(next(entry for entry in reduction.parameter_menu
+                     if all(entry[name] == value for name, value in wanted.items() if name in entry)))
 
 
 def bench_contract(contract: str, mode: str | None = None) -> Contract:

@@ -150,6 +150,20 @@ def test_options_that_contradict_each_other_are_refused_before_any_framework_is_
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(("spelled", "parameters"), [
+    ("grpo", {"mode": "seq-mean-token-mean", "rows": "all", "l_max": None}),
+    ("seq-mean-token-mean", {"mode": "seq-mean-token-mean", "rows": "all", "l_max": None}),
+    ("sequence-mean-token-mean", {"mode": "seq-mean-token-mean", "rows": "nonempty", "l_max": None}),  # tunix's
+    ("dr_grpo", {"mode": "seq-mean-token-sum-norm", "rows": "all", "l_max": 1000.0}),
+])
+def test_the_built_ins_rows_run_the_mode_as_check_reads_its_spelling(spelled: str, parameters: dict) -> None:
+    """`bench --reduction` without --target: a trainer's spelling brings its convention to the built-ins' rows, as
+    `check --reduction` and `bench --target` read it."""
+    from bench.contracts import parameters_for
+
+    assert parameters_for("reduction", spelled) == parameters
+
+
 def test_the_reduction_contract_is_benchmarked_against_the_floor_of_its_own_bytes(tmp_path: Path) -> None:
     result = run_bench(*TINY, "--contracts", "reduction", "--reduction", "grpo", "--no-save", "--json", "records.json",
                        cwd=tmp_path)
