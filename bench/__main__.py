@@ -175,12 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"how TARGET runs ({', '.join(_framework_choices())}); torch-compile and jax time it "
                        "compiled")
     yours.add_argument("--rows", choices=("all", "nonempty"),
-                       help="what D counts in TARGET's reduction, as `check --rows`; default: all")
+                       help="what D counts in TARGET's reduction, as `check --rows`; default: all, or nonempty for "
+                       "tunix's sequence-mean-token-mean")
     yours.add_argument("--l-max", type=float, metavar="L",  # the contract checks it: a length of at least 1
                        help="L_max of TARGET's fixed-length reduction, as `check --l-max`")
     yours.add_argument("--masked-values", choices=("any", "finite"),
-                       help="finite: TARGET's inputs hold no -inf at masked-out positions, for code whose padding "
-                       "is finite by construction (as `check --masked-values finite`); default: any")
+                       help="finite: TARGET's padding is finite by construction, as `check --masked-values finite` "
+                       "declares (the timed inputs then hold no -inf at masked-out positions); default: any")
     parser.add_argument("--cpus", type=parse_cpus,
                         help="comma-separated CPU ids or ranges to pin the run to (e.g. 0): every framework then "
                         "sizes its threads to them; steadier numbers on a shared machine")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import shlex
 import sys
 import time
 import traceback
@@ -286,7 +287,8 @@ def _finish(results: list[CellResult], args: argparse.Namespace, notes: dict[str
     print(joined(summary(results)))
     print(joined(bugs(results)))
     verdict = 0 if all(cell.ok for cell in results) else COUNTEREXAMPLE
-    data = report_data(results, meta)
+    typed = getattr(args, "command_line", None)  # set by main, absent where a caller parsed the arguments itself
+    data = report_data(results, {**meta, **({"command_line": typed} if typed else {})})
     for path, what, write in ((args.json, "JSON", write_json), (args.html, "HTML", write_html)):
         if not path:
             continue
@@ -507,7 +509,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     process with it)."""
     prepare_process()  # the frameworks' process settings, before any is imported (workers inherit them)
     prog = "python -m fuzz" if argv is None and sys.argv[0].endswith("__main__.py") else "lossnorm-fuzz"
-    args = parse(sys.argv[1:] if argv is None else argv, prog)  # usage errors exit 2 here (argparse)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = parse(given, prog)  # usage errors exit 2 here (argparse)
+    args.command_line = f"{prog} {shlex.join(given)}"  # for the reports: the run again, as it was typed
     try:
         with tolerate_a_closed_stdout():
             return args.run(args)

@@ -146,7 +146,7 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
     if bound["mode"] == reduction.SEQ_MEAN_TOKEN_SUM_NORM:
         candidates.append((share * sum(_padded_width_losses(chunks, bound, expected.rows_divisor())),
                            "is L_max taken from each chunk's padded width?"))
-    candidates += [(exact * factor, text) for factor, text in _factors(ranks, steps)]
+    candidates += [(exact * factor, text) for factor, text in _factors(ranks, steps, bound)]
     clamped = int(np.maximum(expected.counts, 1).sum())
     if bound["mode"] == reduction.TOKEN_MEAN and clamped != tokens and clamped:
         candidates.append((exact * tokens / clamped, f"= N / (N + {clamped - tokens} empty rows): a per-row "
@@ -164,26 +164,40 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
     return f"the combined loss is {ratio} the full-batch loss with R = {ranks}, G = {steps}: " + "; or ".join(causes)
 
 
-def _factors(ranks: int, steps: int) -> list[tuple[float, str]]:
-    """The mistakes that scale the whole step by one factor, with what each says about the code."""
+def _factors(ranks: int, steps: int, declared: Mapping[str, Any]) -> list[tuple[float, str]]:
+    """The mistakes that scale the whole step by one factor, with what each says about the code under the declared
+    combination (`dp_reduce`, `backward_scale`)."""
+    own_count = "or does each micro-batch divide by its own count?"
+    one_over_g = (f"G = {steps}: is 1/G applied twice (the declared backward scale's, and the loss's own)?"
+                  if declared["backward_scale"] == "1/G" else
+                  f"G = {steps}: is the loss divided by G (accumulation_steps), where backward_scale=1 declares that "
+                  "nothing rescales the micro-batches?")
+    one_over_r = (f"R = {ranks}: is dp_size missing (the ranks' mean divides by R again)?" if ranks_averaged(declared)
+                  else f"R = {ranks}: is the loss divided by dp_size, where dp_reduce=sum declares the ranks' "
+                  "gradients summed?")
+    averaged_count = "or its token count divided by it (an all-reduce AVG where SUM is meant)"
+    times_r = (f"R = {ranks}: is the loss multiplied by dp_size twice, {averaged_count}, {own_count}"
+               if ranks_averaged(declared) else
+               f"R = {ranks}: is dp_size applied where the ranks' gradients are summed, {averaged_count}, {own_count}")
     return [(factor, text) for factor, text in (
-        (steps, f"G = {steps}: is the 1/G missing, or does each micro-batch divide by its own count?"),
-        (1 / steps, f"G = {steps}: is 1/G applied twice?"),
-        (1 / ranks, f"R = {ranks}: is dp_size missing (the ranks' mean divides by R again)?"),
-        (ranks, f"R = {ranks}: is dp_size applied where the ranks' gradients are summed, or does each micro-batch "
-                "divide by its own count?")) if factor != 1]
+        (steps, f"G = {steps}: is the 1/G missing, {own_count}"),
+        (1 / steps, one_over_g),
+        (1 / ranks, one_over_r),
+        (ranks, times_r)) if factor != 1]
 
 
-def explain_gradient_factor(got: np.ndarray, want: np.ndarray, bound: np.ndarray, ranks: int, steps: int) -> str | None:
+def explain_gradient_factor(got: np.ndarray, want: np.ndarray, bound: np.ndarray, ranks: int, steps: int,
+                            declared: Mapping[str, Any]) -> str | None:
     """A wrong combined gradient named by the factor it is off by, where it is the exact gradient times one of the
     factors a step's combination gets wrong (a missing or doubled 1/G or dp_size scales every token's gradient
     alike), within twice the gradient's tolerance scaled to that factor. Anything else (a chunk's own count weighs
-    each chunk differently) is left unnamed: the single-process mistakes do not describe a step."""
+    each chunk differently) is left unnamed: the single-process mistakes do not describe a step. `declared`: the
+    contract's parameters, whose combination the causes are named in."""
     selected = want != 0
     if not selected.any() or not np.isfinite(got).all():
         return None
     ratio = float(np.median(got[selected] / want[selected]))
-    causes = [text for factor, text in _factors(ranks, steps)
+    causes = [text for factor, text in _factors(ranks, steps, declared)
               if np.all(np.abs(got - factor * want) <= 2 * bound * max(1.0, factor) + 1e-6 * np.abs(factor * want))]
     if not causes or np.all(np.abs(got - want) <= bound):
         return None

@@ -180,13 +180,15 @@ class ChunkedCall:
     `step_scale(bound, steps)`: what each chunk's backward is scaled by (1, or 1/G).
     `explain(case, chunks, ranks, steps, combined, counts_its_own)`: a wrong combination named by its likely
     cause, or None; `counts_its_own`: the chunks ran as a rank form, which counts the step's normalizers itself.
-    `explain_gradient(got, exact, tolerance, ranks, steps)`: a wrong combined gradient named so, or None."""
+    `explain_gradient(got, exact, tolerance, ranks, steps, bound)`: a wrong combined gradient named so (under the
+    declared parameters `bound`), or None."""
 
     keywords: Callable[[Case, int, int], dict[str, int]]
     ranks_averaged: Callable[[Mapping[str, Any]], bool]
     step_scale: Callable[[Mapping[str, Any], int], float]
     explain: Callable[[Case, Sequence[Case], int, int, float, bool], str | None] | None = None
-    explain_gradient: Callable[[np.ndarray, np.ndarray, np.ndarray, int, int], str | None] | None = None
+    explain_gradient: Callable[[np.ndarray, np.ndarray, np.ndarray, int, int, Mapping[str, Any]], str | None] | None = (
+        None)
 
     def weight(self, bound: Mapping[str, Any], ranks: int, steps: int) -> float:
         """Each chunk's share of the combination: 1/R under the ranks' mean, times its backward scale."""

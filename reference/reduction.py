@@ -514,24 +514,36 @@ def _epsilon_candidates(expected: Exact, tokens: int, divisor: int) -> list[Cand
     return found
 
 
+# Where a count by ones kept in a half-precision dtype stops: n + 1 rounds back to n (to even) from there on.
+RUNNING_COUNT_LIMITS = {"bfloat16": 256, "float16": 2048}
+
+
 def _half_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[Candidate]:
     """The declared mode with its counts (N, or each row's n_i) rounded to a half-precision dtype, as a mask cast
-    to the losses' half dtype, or to a model's compute dtype whatever the losses', and summed keeps them:
-    bfloat16 counts by ones only to 256, float16 to 2048."""
+    to the losses' half dtype, or to a model's compute dtype whatever the losses', and summed keeps them (once
+    rounded: bfloat16 counts by ones only to 256, float16 to 2048); or counted one token at a time in that dtype,
+    a running count that sticks at 256 or 2048."""
     found = []
-    for half in ("bfloat16", "float16"):  # bfloat16 first: it stops counting by ones sooner
+    counts = expected.counts
+    for half, limit in RUNNING_COUNT_LIMITS.items():  # bfloat16 first: it stops counting by ones sooner
+        running = f"counted one token at a time in {half}, which sticks at {limit}: a running count kept in {half}?"
         if expected.mode == TOKEN_MEAN and tokens:
             rounded = float(round_to(np.array(tokens), half))
             if rounded != tokens:
                 found.append((f"the exact sum / {rounded:g}, N = {tokens} rounded to {half}: the token count kept in "
                               f"{half} (a mask cast to a half-precision dtype and summed)?",
                               _uniform(expected, 1.0 / rounded)))
+            if tokens > limit:
+                found.append((f"the exact sum / {limit}, N = {tokens} {running}", _uniform(expected, 1.0 / limit)))
         if expected.mode == SEQ_MEAN_TOKEN_MEAN and divisor:
-            counts = round_to(expected.counts, half)
-            if np.any(counts != expected.counts):
+            rounded_counts = round_to(counts, half)
+            if np.any(rounded_counts != counts):
                 found.append((f"the exact {expected.mode} with each row's n_i rounded to {half}: the counts kept in "
                               f"{half} (a mask cast to a half-precision dtype and summed)?",
-                              _per_row(expected, counts, divisor)))
+                              _per_row(expected, rounded_counts, divisor)))
+            if np.any(counts > limit):
+                found.append((f"the exact {expected.mode} with each row's n_i {running}",
+                              _per_row(expected, np.minimum(counts, limit).astype(np.float64), divisor)))
     return found
 
 

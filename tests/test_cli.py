@@ -123,8 +123,12 @@ def test_a_numpy_scalar_loss_is_a_0_d_result_and_its_values_are_judged(tmp_path)
     assert correct.returncode == 0, correct.stdout + correct.stderr
     bug = run_fuzz("check", "scalar_losses.py:padded_width", *options, "--json", "r.json", cwd=tmp_path)
     assert bug.returncode == 1, bug.stdout + bug.stderr
-    kinds = {b["kind"] for cell in json.loads((tmp_path / "r.json").read_text())["cells"] for b in cell["bugs"]}
+    report = json.loads((tmp_path / "r.json").read_text())
+    kinds = {b["kind"] for cell in report["cells"] for b in cell["bugs"]}
     assert kinds == {"loss out of tolerance"}, kinds
+    # the run again, as it was typed
+    assert report["command_line"] == ("python -m fuzz check scalar_losses.py:padded_width " + " ".join(options)
+                                      + " --json r.json"), report["command_line"]
 
 
 @pytest.mark.parametrize(("options", "message"), [

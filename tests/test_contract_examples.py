@@ -270,6 +270,20 @@ def test_a_bfloat16_fixed_length_gradient_names_its_constant_through_its_roundin
         "another constant in the code?")
 
 
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_a_running_count_kept_in_half_precision_is_named_where_it_sticks(mode):
+    """One row of 300 selected tokens, each -1, in bfloat16: a count by ones kept in bfloat16 sticks at 256, so
+    the loss is -300/256 = -1.171875 and every token's gradient c/256; both are named as that count."""
+    from reference.reduction import explain, explain_gradient
+
+    contract = get_contract("reduction", {"mode": mode})
+    case = Case(contract=contract, dtype="bfloat16", token_losses=-np.ones((1, 300)),
+                token_mask=np.ones((1, 300), bool))
+    named = "counted one token at a time in bfloat16, which sticks at 256: a running count kept in bfloat16?"
+    assert named in explain(case, {"loss": np.array(-300 / 256)})
+    assert named in explain_gradient(case, {"loss": np.array(1.0)}, {"token_losses": np.full((1, 300), 1 / 256)})
+
+
 def test_a_wrong_gradient_is_named_as_the_formula_whose_gradient_it_is():
     """The book's example, per-sequence declared: a backward that gives every selected token c / N (token-mean's
     weights) is named as that mistake; the declared mode's own gradient, and a gradient not 0 at a masked
@@ -327,10 +341,29 @@ def test_a_combined_gradient_off_by_a_factor_of_the_split_is_named_by_it():
 
     want = np.array([[0.25, 0.25, 0.0], [0.5, 0.0, 0.0]])
     bound = np.where(want != 0, 1e-7, 0.0)
-    assert explain_gradient_factor(want / 2, want, bound, 2, 1) == (
+    ddp = {"dp_reduce": "mean", "backward_scale": "1"}
+    assert explain_gradient_factor(want / 2, want, bound, 2, 1, ddp) == (
         "the combined gradient is 0.5x the full-batch gradient with R = 2, G = 1: R = 2: is dp_size missing (the "
         "ranks' mean divides by R again)?")
-    assert explain_gradient_factor(want, want, bound, 2, 1) is None
-    assert explain_gradient_factor(want * np.array([[0.5], [1.0]]), want, bound, 2, 1) is None
-    assert explain_gradient_factor(want * 2, want, bound, 1, 2).startswith(
+    assert explain_gradient_factor(want, want, bound, 2, 1, ddp) is None
+    assert explain_gradient_factor(want * np.array([[0.5], [1.0]]), want, bound, 2, 1, ddp) is None
+    assert explain_gradient_factor(want * 2, want, bound, 1, 2, ddp).startswith(
         "the combined gradient is 2x the full-batch gradient with R = 1, G = 2: G = 2: is the 1/G missing")
+
+
+@pytest.mark.parametrize(("declared", "cause"), [
+    ({"dp_reduce": "mean", "backward_scale": "1/G"}, "G = 2: is 1/G applied twice (the declared backward scale's, "
+                                                     "and the loss's own)?"),
+    ({"dp_reduce": "mean", "backward_scale": "1"},
+     "G = 2: is the loss divided by G (accumulation_steps), where backward_scale=1 declares that nothing rescales "
+     "the micro-batches?"),
+])
+def test_a_factor_of_one_over_g_is_named_in_the_declared_backward_scale(declared, cause):
+    """A step's gradient halved with G = 2 is a 1/G applied twice only where the trainer's backward scale is 1/G;
+    under backward_scale=1 nothing else divides by G, so it is the loss's own division."""
+    from reference.accumulation import explain_gradient_factor
+
+    want = np.array([[0.25, 0.25], [0.5, 0.0]])
+    bound = np.where(want != 0, 1e-7, 0.0)
+    assert explain_gradient_factor(want / 2, want, bound, 1, 2, declared) == (
+        f"the combined gradient is 0.5x the full-batch gradient with R = 1, G = 2: {cause}")

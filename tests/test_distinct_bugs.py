@@ -151,6 +151,19 @@ def test_a_non_finite_loss_says_what_in_the_case_makes_it_so(function, mode, hin
     assert any(f.kind == "non-finite output" and hint in f.message for f in report.failures), report.failures
 
 
+def test_an_empty_selection_in_float16_says_an_epsilon_is_no_guard_there():
+    """`sum / (count + 1e-8)` in float16: 1e-8 rounds to 0 there, so nothing selected is still 0 / 0; the hint
+    says so in float16, where it is so, and not in bfloat16 (whose range holds 1e-8)."""
+    from fuzz.judge.forward import non_finite_hint
+
+    contract = get_contract("reduction")
+    empty = {"token_losses": [[1.0, 2.0]], "token_mask": [[False, False]], "contract": contract}
+    assert non_finite_hint(Case(dtype="float16", **empty)).endswith(
+        "(0 / 0; an epsilon added to the count is no guard in float16: 0 + 1e-8 rounds to 0 (clamp the count to 1 "
+        "instead))?")
+    assert non_finite_hint(Case(dtype="bfloat16", **empty)).endswith("mean over none of them (0 / 0)?")
+
+
 def test_no_hint_where_the_case_holds_nothing_that_makes_a_usual_mistake_non_finite():
     from fuzz.judge.forward import non_finite_hint
 

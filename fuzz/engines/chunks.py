@@ -126,7 +126,7 @@ def explain_combined_gradient(case: Case, split: ChunkSplit) -> ExplainGradient 
     explain = chunked(case).explain_gradient
     if explain is None:
         return None
-    return lambda got, want, bound: explain(got, want, bound, split.ranks, split.steps)
+    return lambda got, want, bound: explain(got, want, bound, split.ranks, split.steps, case.contract.bound)
 
 
 # The sizes a framework that compiles a program per input shape (JAX: even an un-jitted function's every op) sees:

@@ -13,6 +13,7 @@ from fuzz.judge.outputs import ReadBack, check_outputs, modified_inputs
 from fuzz.judge.verdict import FORWARD_OVERFLOW, NON_FINITE, Verdict, call_safely, out_of_tolerance, same_bits
 from impls.frameworks import Framework
 from reference.case import Case
+from reference.dtypes import round_to
 from reference.exact import exact_results, exact_tolerance
 from reference.tolerance import CONTRACT, Precision, error_ratio, ulp_error
 
@@ -41,7 +42,10 @@ def non_finite_hint(case: Case) -> str | None:
                          "than selected with a where?")
     if empty := empty_selection(mask):
         whose = "its" if empty == EMPTY_ROW else "a"
-        hints.append(f"{empty}: {whose} mean over none of them (0 / 0)?")
+        # the epsilon trainers add to a count instead of clamping it (1e-8) is below float16's smallest value
+        vanishes = (f"; an epsilon added to the count is no guard in {case.dtype}: 0 + 1e-8 rounds to 0 (clamp the "
+                    "count to 1 instead)" if float(round_to(np.array(1e-8), case.dtype)) == 0 else "")
+        hints.append(f"{empty}: {whose} mean over none of them (0 / 0{vanishes})?")
     return "; or ".join(hints) or None
 
 

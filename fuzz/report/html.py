@@ -259,12 +259,12 @@ def _assumptions(data: dict[str, Any], cells: Sequence[dict[str, Any]]) -> list[
         "The verdict holds under these assumptions, for the stack and machine it ran on.")
 
 
-RUN_KEYS = {"command", "target", "framework", "sharded", "seed", "max_examples", "skipped"}
+RUN_KEYS = {"command", "command_line", "target", "framework", "sharded", "seed", "max_examples", "skipped"}
 
 
 def _run_facts(data: dict[str, Any]) -> list[tuple[str, str]]:
-    labels = {"command": "command", "target": "target", "framework": "framework", "sharded": "sharded over",
-              "seed": "seed", "max_examples": "max examples per cell"}
+    labels = {"command": "command", "command_line": "command line", "target": "target", "framework": "framework",
+              "sharded": "sharded over", "seed": "seed", "max_examples": "max examples per cell"}
     rows = [(label, f"<code>{_text(data[key])}</code>") for key, label in labels.items() if key in data]
     if isinstance(data.get("seconds"), (int, float)):
         rows.append(("wall time", f"{data['seconds']:.1f} s"))

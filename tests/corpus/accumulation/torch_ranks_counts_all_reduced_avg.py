@@ -11,7 +11,7 @@ CONTRACT = "accumulation"
 REDUCTION = "token-mean"
 DP_REDUCE = "mean"
 RANKS = True
-EXPLAINS = "is dp_size applied where the ranks' gradients are summed"
+EXPLAINS = "or its token count divided by it (an all-reduce AVG where SUM is meant)"
 import torch
 import torch.distributed as dist
 
