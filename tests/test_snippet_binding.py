@@ -84,7 +84,7 @@ def _assert_reproduces(function, tmp_path) -> None:
 def test_the_snippet_of_a_module_function_imports_the_modules_beside_it(trainer, tmp_path):
     lines, name = snippet_binding(trainer.loss)
     assert (name, lines[-1]) == ("loss", "loss = _module.loss")
-    assert "sys.path.insert(0, os.path.dirname(_file))" in lines[-5]
+    assert any("sys.path.insert(0, os.path.dirname(_file))" in line for line in lines)
     _assert_reproduces(functools.partial(trainer.loss, scale=1.0), tmp_path)
 
 

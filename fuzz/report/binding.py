@@ -73,7 +73,8 @@ def module_file_lines(path: str, module_name: str, script: bool = False) -> tupl
         "import sys",
         f"_file = {string_literal(os.path.abspath(path))}",
         "sys.path.insert(0, os.path.dirname(_file))  # the file's folder, as `python FILE` has it",
-        f"_spec = importlib.util.spec_from_file_location({module_name!r}, _file)",
+        f"_name = {module_name!r}",
+        "_spec = importlib.util.spec_from_file_location(_name, _file)",
         "_module = importlib.util.module_from_spec(_spec)",
         *(("# this runs the script's top level, a check() call there included, but not its "
            "`if __name__ == \"__main__\":` block",) if script else ()),

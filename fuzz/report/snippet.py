@@ -106,7 +106,8 @@ def _call_lines(function_name: str, target: str, call: str) -> list[str]:
         "try:",
         f"    {target} = {call}",
         "except Exception as error:",
-        f"    raise AssertionError(f'{function_name} raised {{type(error).__name__}}: {{error}}') from error",
+        f"    raised = f'{function_name} raised {{type(error).__name__}}: {{error}}'",
+        "    raise AssertionError(raised) from error",
     ]
 
 
