@@ -511,7 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = "python -m fuzz" if argv is None and sys.argv[0].endswith("__main__.py") else "lossnorm-fuzz"
     given = list(sys.argv[1:] if argv is None else argv)
     args = parse(given, prog)  # usage errors exit 2 here (argparse)
-    args.command_line = f"{prog} {shlex.join(given)}"  # for the reports: the run again, as it was typed
+    args.command_line = f"{prog} {shlex.join(given)}".strip()  # for the reports: the run again, as it was typed
     try:
         with tolerate_a_closed_stdout():
             return args.run(args)

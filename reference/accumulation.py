@@ -168,22 +168,23 @@ def _factors(ranks: int, steps: int, declared: Mapping[str, Any]) -> list[tuple[
     """The mistakes that scale the whole step by one factor, with what each says about the code under the declared
     combination (`dp_reduce`, `backward_scale`)."""
     own_count = "or does each micro-batch divide by its own count?"
-    one_over_g = (f"G = {steps}: is 1/G applied twice (the declared backward scale's, and the loss's own)?"
-                  if declared["backward_scale"] == "1/G" else
-                  f"G = {steps}: is the loss divided by G (accumulation_steps), where backward_scale=1 declares that "
+    if declared["backward_scale"] == "1/G":  # each chunk's loss must carry x G against the backward's 1/G
+        times_g = f"G = {steps}: is the x G against the 1/G backward scale applied twice, {own_count}"
+        over_g = f"G = {steps}: is the x G against the declared 1/G backward scale missing, or 1/G applied twice?"
+    else:  # backward_scale=1: nothing rescales the micro-batches, and nothing in the loss should
+        times_g = (f"G = {steps}: is the loss multiplied by G (accumulation_steps), where backward_scale=1 declares no "
+                   f"1/G to make up for, {own_count}")
+        over_g = (f"G = {steps}: is the loss divided by G (accumulation_steps), where backward_scale=1 declares that "
                   "nothing rescales the micro-batches?")
-    one_over_r = (f"R = {ranks}: is dp_size missing (the ranks' mean divides by R again)?" if ranks_averaged(declared)
-                  else f"R = {ranks}: is the loss divided by dp_size, where dp_reduce=sum declares the ranks' "
-                  "gradients summed?")
-    averaged_count = "or its token count divided by it (an all-reduce AVG where SUM is meant)"
-    times_r = (f"R = {ranks}: is the loss multiplied by dp_size twice, {averaged_count}, {own_count}"
-               if ranks_averaged(declared) else
-               f"R = {ranks}: is dp_size applied where the ranks' gradients are summed, {averaged_count}, {own_count}")
-    return [(factor, text) for factor, text in (
-        (steps, f"G = {steps}: is the 1/G missing, {own_count}"),
-        (1 / steps, one_over_g),
-        (1 / ranks, one_over_r),
-        (ranks, times_r)) if factor != 1]
+    averaged_count = "or its count (of tokens or rows) all-reduced with AVG where SUM is meant"
+    if ranks_averaged(declared):  # each chunk's loss must carry x dp_size against the ranks' mean
+        over_r = f"R = {ranks}: is dp_size missing (the ranks' mean divides by R again)?"
+        times_r = f"R = {ranks}: is the loss multiplied by dp_size twice, {averaged_count}, {own_count}"
+    else:
+        over_r = f"R = {ranks}: is the loss divided by dp_size, where dp_reduce=sum declares the gradients summed?"
+        times_r = f"R = {ranks}: is dp_size applied where the gradients are summed, {averaged_count}, {own_count}"
+    return [(factor, text) for factor, text in ((steps, times_g), (1 / steps, over_g), (1 / ranks, over_r),
+                                                (ranks, times_r)) if factor != 1]
 
 
 def explain_gradient_factor(got: np.ndarray, want: np.ndarray, bound: np.ndarray, ranks: int, steps: int,

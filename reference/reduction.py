@@ -520,38 +520,45 @@ RUNNING_COUNT_LIMITS = {"bfloat16": 256, "float16": 2048}
 
 def _half_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[Candidate]:
     """The declared mode with its counts (N, or each row's n_i) rounded to a half-precision dtype, as a mask cast
-    to the losses' half dtype, or to a model's compute dtype whatever the losses', and summed keeps them (once
-    rounded: bfloat16 counts by ones only to 256, float16 to 2048); or counted one token at a time in that dtype,
-    a running count that sticks at 256 or 2048."""
+    to the losses' half dtype, or to a model's compute dtype whatever the losses', and summed keeps them:
+    bfloat16 counts by ones only to 256, float16 to 2048."""
     found = []
-    counts = expected.counts
-    for half, limit in RUNNING_COUNT_LIMITS.items():  # bfloat16 first: it stops counting by ones sooner
-        running = f"counted one token at a time in {half}, which sticks at {limit}: a running count kept in {half}?"
+    for half in RUNNING_COUNT_LIMITS:  # bfloat16 first: it stops counting by ones sooner
         if expected.mode == TOKEN_MEAN and tokens:
             rounded = float(round_to(np.array(tokens), half))
             if rounded != tokens:
                 found.append((f"the exact sum / {rounded:g}, N = {tokens} rounded to {half}: the token count kept in "
                               f"{half} (a mask cast to a half-precision dtype and summed)?",
                               _uniform(expected, 1.0 / rounded)))
-            if tokens > limit:
-                found.append((f"the exact sum / {limit}, N = {tokens} {running}", _uniform(expected, 1.0 / limit)))
         if expected.mode == SEQ_MEAN_TOKEN_MEAN and divisor:
-            rounded_counts = round_to(counts, half)
-            if np.any(rounded_counts != counts):
+            counts = round_to(expected.counts, half)
+            if np.any(counts != expected.counts):
                 found.append((f"the exact {expected.mode} with each row's n_i rounded to {half}: the counts kept in "
                               f"{half} (a mask cast to a half-precision dtype and summed)?",
-                              _per_row(expected, rounded_counts, divisor)))
-            if np.any(counts > limit):
-                found.append((f"the exact {expected.mode} with each row's n_i {running}",
-                              _per_row(expected, np.minimum(counts, limit).astype(np.float64), divisor)))
+                              _per_row(expected, counts, divisor)))
     return found
 
 
-def _candidates(expected: Exact, observed: float | None) -> list[Candidate]:
+def _running_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[Candidate]:
+    """The declared mode with its counts kept as a running count in a half-precision dtype, one token at a time:
+    it sticks at 256 in bfloat16, 2048 in float16."""
+    found = []
+    for half, limit in RUNNING_COUNT_LIMITS.items():
+        running = f"counted one token at a time in {half}, which sticks at {limit}: a running count kept in {half}?"
+        if expected.mode == TOKEN_MEAN and tokens > limit:
+            found.append((f"the exact sum / {limit}, N = {tokens} {running}", _uniform(expected, 1.0 / limit)))
+        if expected.mode == SEQ_MEAN_TOKEN_MEAN and divisor and np.any(expected.counts > limit):
+            found.append((f"the exact {expected.mode} with each row's n_i {running}",
+                          _per_row(expected, np.minimum(expected.counts, limit).astype(np.float64), divisor)))
+    return found
+
+
+def _candidates(expected: Exact, observed: float | None, unit: float = 0.0) -> list[Candidate]:
     """What a wrong implementation of the declared mode often computes instead, each with what it says about the
     code; the declared mode's own slips first, then the other modes and conventions. `observed`, the weight a
     wrong result implies where every row has one (the loss over T, a selected token's gradient over c), names
-    the one slip read off it: fixed length with another whole L_max than the declared one."""
+    the one slip read off it: fixed length with another whole L_max than the declared one; `unit`, the unit
+    roundoff of the dtype that value was rounded in."""
     mode, rows, l_max = expected.mode, expected.rows, expected.l_max
     tokens, padded, batch = int(expected.counts.sum()), expected.tokens, expected.batch
     divisor = expected.rows_divisor()
@@ -592,24 +599,29 @@ def _candidates(expected: Exact, observed: float | None) -> list[Candidate]:
         if candidate == mode == SEQ_MEAN_TOKEN_MEAN and divisor:  # the declared mode's last slip, before other modes
             found.append(("the rows' means summed without the 1/D: the mean over the rows left out?",
                           _per_row(expected, expected.counts.astype(np.float64), 1.0)))
+    found.extend(_running_count_candidates(expected, tokens, divisor))  # rarer than another mode: after them
     if mode == SEQ_MEAN_TOKEN_SUM_NORM and divisor:  # read off the value, so the least likely: last
         ratio = 1.0 / (divisor * observed) if observed else math.inf
-        implied = _length_near(ratio)
+        implied = _length_near(ratio, unit)
         if implied is not None and implied not in (l_max, padded):
             found.append((f"the exact {mode} with L_max = {implied}, where L_max = {l_max:g} is declared: another "
                           "constant in the code?", _uniform(expected, 1.0 / (divisor * implied))))
     return found
 
 
-def _length_near(ratio: float) -> int | None:
-    """The length constant (`_a_length_constant`) nearest `ratio`, a value read as 1/(D L_max): the whole number
-    nearest it, or else the power of two or the multiple of 100 nearest it. A half-precision gradient is read
-    with its rounding (in bfloat16, c / (D 1024) reads as 1020 to 1028); the candidate's own allowance, checked
-    after, decides whether the value matches it."""
+def _length_near(ratio: float, unit: float) -> int | None:
+    """The length constant (`_a_length_constant`) a value read as 1/(D L_max) was computed with: the whole number
+    nearest `ratio` where that is one, else the power of two or the multiple of 100 nearest it, where `ratio` is
+    that constant as the value's own rounding leaves it (`unit`, the unit roundoff of the dtype it was rounded in;
+    a gradient c / (D L_max) rounds at most 4 times: the product D L_max, its reciprocal, the product by c, the
+    cast). In bfloat16 c / (D 1024) reads as 1020 to 1028 and names 1024; a value off by another factor, read as
+    a number no trainer writes as a length, names none."""
     if not math.isfinite(ratio) or ratio < 0.5:
         return None
-    near = [length for length in {round(ratio), 2 ** round(math.log2(ratio)), 100 * round(ratio / 100)}
-            if _a_length_constant(length)]
+    if _a_length_constant(round(ratio)):
+        return round(ratio)
+    near = [length for length in (2 ** round(math.log2(ratio)), 100 * round(ratio / 100))
+            if _a_length_constant(length) and abs(length - ratio) <= 4 * unit * ratio]
     return min(near, key=lambda length: (abs(length - ratio), length), default=None)
 
 
@@ -644,7 +656,8 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
         return None
     observed = got / expected.total if expected.total else None
     matches = []
-    for text, weights in _candidates(expected, observed):
+    loss_unit = unit_roundoff(accumulation_dtype(case.dtype))  # the loss is float32 for half inputs
+    for text, weights in _candidates(expected, observed, loss_unit):
         value = _value(expected, weights)
         if (abs(got - value) <= 2 * scale + 8 * unit_roundoff(case.dtype) * abs(value)
                 and abs(value - exact_loss) > scale and abs(got - value) < abs(got - exact_loss)):
@@ -673,7 +686,7 @@ def explain_gradient(case: Case, cotangents: dict[str, np.ndarray], got: dict[st
         return None
     observed = float(np.median(gradient[mask])) / cotangent
     matches = []
-    for text, weights in _candidates(expected, observed):
+    for text, weights in _candidates(expected, observed, unit_roundoff(case.dtype)):  # the gradient's dtype
         candidate = np.where(mask, (cotangent * weights)[:, None], 0.0)
         allowance = 2 * bound + 8 * unit_roundoff(case.dtype) * np.abs(candidate)
         if ((np.abs(gradient - candidate) <= allowance).all() and (np.abs(candidate - want) > bound).any()

@@ -270,6 +270,23 @@ def test_a_bfloat16_fixed_length_gradient_names_its_constant_through_its_roundin
         "another constant in the code?")
 
 
+def test_a_value_off_by_another_factor_names_no_length_constant():
+    """Fixed length declared: a bfloat16 gradient 0.6 times the right one reads as L_max = 1667, and a float32
+    loss divided by 1023 as 1023, numbers no trainer writes as a length: neither is rounded to a nearby constant
+    (1700, 1024) beyond what the value's own rounding can move it."""
+    from reference.reduction import explain, explain_gradient
+
+    declared = get_contract("reduction", {"mode": "seq-mean-token-sum-norm", "l_max": 1000})
+    one = Case(contract=declared, dtype="bfloat16", token_losses=np.array([[1.0]]), token_mask=np.array([[True]]))
+    gradient = round_to(np.array([[0.6 / 1000]]), "bfloat16")
+    assert explain_gradient(one, {"loss": np.array(1.0)}, {"token_losses": gradient}) is None
+    contract = get_contract("reduction")
+    example = next(example for example in contract.examples if example.name == "the book's example, fixed-length")
+    case = _case(contract, example, "float32", "cpu")
+    assert explain(case, {"loss": np.array(33 / (2 * 1023))}) is None
+    assert "L_max = 1024" in explain(case, {"loss": np.array(33 / (2 * 1024))})
+
+
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
 def test_a_running_count_kept_in_half_precision_is_named_where_it_sticks(mode):
     """One row of 300 selected tokens, each -1, in bfloat16: a count by ones kept in bfloat16 sticks at 256, so
@@ -348,12 +365,12 @@ def test_a_combined_gradient_off_by_a_factor_of_the_split_is_named_by_it():
     assert explain_gradient_factor(want, want, bound, 2, 1, ddp) is None
     assert explain_gradient_factor(want * np.array([[0.5], [1.0]]), want, bound, 2, 1, ddp) is None
     assert explain_gradient_factor(want * 2, want, bound, 1, 2, ddp).startswith(
-        "the combined gradient is 2x the full-batch gradient with R = 1, G = 2: G = 2: is the 1/G missing")
+        "the combined gradient is 2x the full-batch gradient with R = 1, G = 2: G = 2: is the loss multiplied by G")
 
 
 @pytest.mark.parametrize(("declared", "cause"), [
-    ({"dp_reduce": "mean", "backward_scale": "1/G"}, "G = 2: is 1/G applied twice (the declared backward scale's, "
-                                                     "and the loss's own)?"),
+    ({"dp_reduce": "mean", "backward_scale": "1/G"},
+     "G = 2: is the x G against the declared 1/G backward scale missing, or 1/G applied twice?"),
     ({"dp_reduce": "mean", "backward_scale": "1"},
      "G = 2: is the loss divided by G (accumulation_steps), where backward_scale=1 declares that nothing rescales "
      "the micro-batches?"),

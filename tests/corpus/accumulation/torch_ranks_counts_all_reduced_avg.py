@@ -11,7 +11,7 @@ CONTRACT = "accumulation"
 REDUCTION = "token-mean"
 DP_REDUCE = "mean"
 RANKS = True
-EXPLAINS = "or its token count divided by it (an all-reduce AVG where SUM is meant)"
+EXPLAINS = "or its count (of tokens or rows) all-reduced with AVG where SUM is meant"
 import torch
 import torch.distributed as dist
 
