@@ -523,7 +523,7 @@ def _half_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[C
     to the losses' half dtype, or to a model's compute dtype whatever the losses', and summed keeps them:
     bfloat16 counts by ones only to 256, float16 to 2048."""
     found = []
-    for half in RUNNING_COUNT_LIMITS:  # bfloat16 first: it stops counting by ones sooner
+    for half in ("bfloat16", "float16"):  # bfloat16 first: it stops counting by ones sooner
         if expected.mode == TOKEN_MEAN and tokens:
             rounded = float(round_to(np.array(tokens), half))
             if rounded != tokens:
@@ -671,8 +671,8 @@ def explain_gradient(case: Case, cotangents: dict[str, np.ndarray], got: dict[st
     """A wrong gradient of the losses named as `explain` names a wrong loss: where it is, within the contract's
     allowance, c m_it w_i for the row weights w_i of one of the usual mistakes (out of tolerance itself, and
     nearer the gradient than the declared mode's is), where the contract precision rejects the gradient too. A
-    backward that weighs the tokens as another mode does
-    (a custom kernel's, a hand-written one) is named so even where the loss is right."""
+    backward that weighs the tokens as another mode does (a custom kernel's, a hand-written one) is named so even
+    where the loss is right."""
     gradient = got.get(LOSSES)
     cotangent = float(np.asarray(cotangents[LOSS]))
     mask = case.token_mask
