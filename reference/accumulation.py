@@ -118,7 +118,7 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
                         counts_its_own: bool = False) -> str | None:
     """The combined loss named by what it is off by, where one of the usual mistakes' exact values matches it: a
     mean of the chunks' own means, L_max from each chunk's padded width, a missing or doubled 1/G or dp_size, a
-    per-row clamp(min=1) in the count; with `counts_its_own` (a rank form, which counts the step's tokens itself
+    per-row clamp(min=1) in the count, a share N / G (D / G) clamped at 1; with `counts_its_own` (a rank form, which counts the step's tokens itself
     rather than being given them), each rank's own count, not all-reduced over the ranks."""
     expected = exact_results(case)
     exact = float(expected.loss)
@@ -151,6 +151,7 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
     if bound["mode"] == reduction.TOKEN_MEAN and clamped != tokens and clamped:
         candidates.append((exact * tokens / clamped, f"= N / (N + {clamped - tokens} empty rows): a per-row "
                                                      "clamp(min=1) in the count?"))
+    candidates += _share_clamp(bound, tokens, expected.rows_divisor(), steps, exact)
     # every cause that fits, the likelier first: on an even split of equal rows a chunk's own mean and a
     # factor of R give the same value, and the report cannot tell them apart
     # a candidate's own rounding grows with its size: the tolerance of the exact value, scaled to the candidate's
@@ -162,6 +163,20 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
         return None
     ratio = f"{combined / exact:.4g}x" if exact else f"{combined:.6g} (exactly 0 expected)"
     return f"the combined loss is {ratio} the full-batch loss with R = {ranks}, G = {steps}: " + "; or ".join(causes)
+
+
+def _share_clamp(declared: Mapping[str, Any], tokens: int, rows: int, steps: int, exact: float
+                 ) -> list[tuple[float, str]]:
+    """Under a 1/G backward scale each micro-batch divides by its share of the step's count, N / G (D / G for the
+    row modes; OpenRLHF's window normalizer). Guarded with clamp(N / G, min=1), the share of a step with fewer
+    tokens (rows) than micro-batches becomes 1: the loss is N / G times the exact one, and only there."""
+    if declared["backward_scale"] != "1/G" or declared["mode"] == reduction.TOKEN_SUM:
+        return []
+    name, count = ("N", tokens) if declared["mode"] == reduction.TOKEN_MEAN else ("D", rows)
+    if not 0 < count < steps:
+        return []
+    return [(exact * count / steps, f"{name} = {count} < G = {steps}: is the share {name} / G clamped at 1 "
+                                    f"(clamp({name} / G, min=1))? Guard {name} itself, before dividing by G")]
 
 
 def _factors(ranks: int, steps: int, declared: Mapping[str, Any]) -> list[tuple[float, str]]:

@@ -208,6 +208,27 @@ def test_each_ranks_own_count_is_a_cause_only_where_the_function_counts_for_itse
     assert "mean of micro-batch means" in in_process and "does each rank" not in in_process
 
 
+def test_a_share_of_the_count_clamped_at_one_is_named_where_the_step_has_fewer_tokens_than_micro_batches():
+    """OpenRLHF's window normalizer N / G guarded with clamp(min=1): with N = 2 tokens over G = 4 micro-batches
+    (1/G backward scale) each micro-batch divides by 1, not 1/2, and the combined loss is N / G = 1/2 the exact one,
+    which no factor of G or R gives. With N >= G the clamp changes nothing and is not offered."""
+    from reference.accumulation import explain_combination
+
+    contract = get_contract("accumulation", {"mode": "token-mean", "backward_scale": "1/G"})
+    losses = np.array([[1.0, 9.0], [3.0, 9.0], [9.0, 9.0], [9.0, 9.0]])
+    mask = np.array([[True, False], [True, False], [False, False], [False, False]])
+    case = Case(contract=contract, dtype="float64", token_losses=losses, token_mask=mask)
+    chunks = [Case(contract=contract, dtype="float64", token_losses=losses[k:k + 1], token_mask=mask[k:k + 1])
+              for k in range(4)]
+    clamp = "is the share N / G clamped at 1 (clamp(N / G, min=1))?"
+    assert clamp in explain_combination(case, chunks, 1, 4, 2.0 * 2 / 4)  # exact loss 2, times N / G
+    everything = np.ones_like(mask)
+    full = case.with_(token_mask=everything)
+    full_chunks = [chunk.with_(token_mask=everything[k:k + 1]) for k, chunk in enumerate(chunks)]
+    quartered = explain_combination(full, full_chunks, 1, 4, 7.25 / 4)  # N = 8 >= G: 1/G applied twice, no clamp
+    assert "1/G applied twice" in quartered and clamp not in quartered
+
+
 def _near_token_mean_case(seed: int) -> Case:
     """Per-sequence declared, bfloat16, 4 rows of 23 tokens, about 60% selected: token-mean's exact loss lies
     within a few contract tolerances of the declared one (seed 0), or its weights do (seed 30: counts 15, 15, 15,
