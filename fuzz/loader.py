@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fuzz.report.binding import module_file_lines
+from fuzz.report.binding import module_attribute_line, module_file_lines
 
 
 class LoadError(Exception):
@@ -133,7 +133,7 @@ def _load_target(spec: str) -> Target:
             module_spec.loader.exec_module(module)
         except Exception as error:
             raise LoadError(f"{location} raised on import: {type(error).__name__}: {error}") from error
-        import_lines = (*module_file_lines(path, module_name), f"{name} = _module.{name}")
+        import_lines = (*module_file_lines(path, module_name), module_attribute_line(name))
     else:
         # `python -m fuzz` puts the current directory on sys.path; the installed command does not, and a
         # user's `my_pkg.losses` is usually found there.

@@ -118,8 +118,9 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
                         counts_its_own: bool = False) -> str | None:
     """The combined loss named by what it is off by, where one of the usual mistakes' exact values matches it: a
     mean of the chunks' own means, L_max from each chunk's padded width, a missing or doubled 1/G or dp_size, a
-    per-row clamp(min=1) in the count, a share N / G (D / G) clamped at 1; with `counts_its_own` (a rank form, which counts the step's tokens itself
-    rather than being given them), each rank's own count, not all-reduced over the ranks."""
+    per-row clamp(min=1) in the count, a share N / G (D / G) clamped at 1; with `counts_its_own` (a rank form,
+    which counts the step's tokens itself rather than being given them), each rank's own count, not all-reduced
+    over the ranks."""
     expected = exact_results(case)
     exact = float(expected.loss)
     bound = case.contract.bound

@@ -65,7 +65,7 @@ def test_a_snippet_of_a_second_device_case_asks_for_that_device_first():
 
     case = Case(np.array([[-1.0]]), np.array([1.0]), np.ones((1, 1), bool), device="cpu:1")
     syntax = adapter_class("jax").snippet_syntax(case)
-    source = "\n".join(syntax.imports) + "\nx = " + syntax.float_array.format(values="[[-1.0]]")
+    source = "\n".join((*syntax.imports, *syntax.helpers)) + "\nx = " + syntax.float_array.format(values="[[-1.0]]")
     ast.parse(source)
     assert syntax.imports.index("import jax") > 1 and "--xla_force_host_platform_device_count=2" in source
     assert "jax.devices('cpu')[1]" in source

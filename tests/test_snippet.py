@@ -155,3 +155,28 @@ def test_a_case_with_no_tokens_says_so():
     case = find(cases(), lambda case: case.shape[0] > 0 and case.shape[1] == 0,
                 settings=settings(database=None, max_examples=2000))
     assert dict(case.story)["mask"] == "every row has no tokens (tokens 0)"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("framework", ["torch", "jax", "numpy", "array-api"])
+def test_every_line_of_a_snippet_fits_the_terminals_columns(framework, dtype):
+    """Inputs of the longest name (token_log_probs) holding values of long literals, in every layout the framework
+    has: each line within the 100 columns the terminal prints (a JAX array is put on its device by a short helper,
+    not by `jax.device_put(..., jax.devices('cpu')[0])` around it), so a short snippet is printed, not filed."""
+    from fuzz.report.texts import SNIPPET_WIDTH
+    from reference.dtypes import round_to
+
+    rng = np.random.default_rng(1)
+    layouts = LAYOUTS if adapter_class(framework).snippet_syntax(_case(dtype=dtype)).strided else ["contiguous"]
+    for layout in layouts:
+        for shape in [(1, 1), (1, 2), (2, 1), (2, 2), (1, 3), (3, 2)]:
+            for _ in range(10):
+                rows = (1, shape[1]) if layout == "expanded" else shape  # stride 0: every row the same
+                log_probs = round_to(rng.uniform(-1000, 1000, rows) * 10.0 ** rng.integers(-6, 1), dtype)
+                advantages = round_to(np.full(shape[0], rng.uniform(-3, 3)), dtype)
+                mask = rng.random(rows) < 0.6
+                case = Case(np.broadcast_to(log_probs, shape).copy(), advantages,
+                            np.broadcast_to(mask, shape).copy(), dtype=dtype, layout=layout)
+                snippet = _snippet(case, framework)
+                widest = max(snippet.splitlines(), key=len)
+                assert len(widest) <= SNIPPET_WIDTH, (layout, widest)

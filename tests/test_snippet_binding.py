@@ -242,6 +242,23 @@ def test_a_function_named_as_nothing_of_the_snippet_keeps_its_import(tmp_path):
     assert "loss = _module.loss" in snippet and "_under_test" not in snippet
 
 
+@pytest.mark.parametrize("passed", ["value", "target"])
+def test_a_long_function_and_file_name_keep_the_snippet_within_the_terminals_columns(tmp_path, passed):
+    """Names of 70 characters: every line of the snippet fits the 100 columns the terminal prints (the binding and
+    the raised-error lines split), and it still reproduces the bug."""
+    from fuzz.report.texts import SNIPPET_WIDTH
+
+    name = "aggregate_the_policy_gradient_loss_over_the_selected_tokens_of_each_row"
+    path = tmp_path / "trainer_losses_module_with_a_name_that_is_rather_long_too.py"
+    path.write_text(NAMED_AS_THE_SNIPPETS_OWN.format(name=name))
+    function = getattr(_module_from(path), name) if passed == "value" else f"{path}:{name}"
+    snippet = check(function, framework="numpy", reduction="token-mean", dtypes=["float64"], max_examples=20,
+                    seed=0, fail_fast=True).failures[0].snippet
+    assert max(len(line) for line in snippet.splitlines()) <= SNIPPET_WIDTH, snippet
+    run = _run_snippet(snippet, tmp_path / "run")
+    assert run.returncode == 1 and "AssertionError: loss" in run.stderr, run.stderr[-2000:]
+
+
 def test_the_import_that_binds_a_function_is_renamed_where_the_snippet_uses_its_name():
     from fuzz.report.callee import imported_as
     assert imported_as(("from pkg.losses import step",), "step", "step_under_test") == (

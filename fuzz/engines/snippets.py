@@ -12,7 +12,7 @@ import numpy as np
 
 from fuzz.engines.judge import summed_over_replicas
 from fuzz.engines.split import Padded, Split, pad_cotangents, pad_for_shard_map
-from fuzz.report.snippet import bool_literal, comment_lines, failure_comments, literal, plural
+from fuzz.report.snippet import bool_literal, comment_lines, failure_comments, literal, plural, wrapping_lines
 from reference.case import Case
 from reference.exact import exact_results, exact_tolerance
 
@@ -262,7 +262,8 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
         "from math import inf, nan",
         "import functools",
         *dict.fromkeys(["import numpy as np", *syntax.imports, *subject.import_lines]),
-        *([f"{subject.function_name} = {subject.wrap.format(subject.function_name)}"] if subject.wrap else []),
+        *(wrapping_lines(subject.function_name, subject.wrap) if subject.wrap else []),
+        *syntax.helpers,
         "",
         "# the step's global normalizers, the same for every chunk",
         f"KEYWORDS = {keywords!r}",

@@ -15,7 +15,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from fuzz.report.texts import string_literal
+from fuzz.report.texts import SNIPPET_WIDTH, string_literal
 
 
 def snippet_binding(function: Callable[..., Any]) -> tuple[tuple[str, ...], str]:
@@ -97,7 +97,7 @@ def _function_lines(function: Callable[..., Any]) -> tuple[tuple[str, ...], str]
             # so it is imported by its name, as the user's code imports it
             if package and sys.modules.get(str(names.get("__name__"))) is inspect.getmodule(function):
                 return (f"from {names['__name__']} import {held}",), held
-            return (*lines, f"{held} = _module.{held}"), held
+            return (*lines, module_attribute_line(held)), held
     name = _defined_name(function)
     source = None if inspect.ismethod(function) else _source(function, name)  # a method needs its instance
     free = _free_values(function)
@@ -107,6 +107,13 @@ def _function_lines(function: Callable[..., Any]) -> tuple[tuple[str, ...], str]
     # its source needs its module's names (the helpers it calls) around it, and its closure's values
     prelude = (*lines, "globals().update({k: v for k, v in vars(_module).items() if not k.startswith('__')})")
     return (*(prelude if path else ()), *free, *source), name
+
+
+def module_attribute_line(name: str) -> str:
+    """`name = _module.name`, the line that binds the function from its loaded module; for a name too long for
+    that to fit the terminal's columns, the same over two lines."""
+    line = f"{name} = _module.{name}"
+    return line if len(line) <= SNIPPET_WIDTH else f"{name} = (\n    _module.{name})"
 
 
 def _defined_name(function: Callable[..., Any]) -> str:

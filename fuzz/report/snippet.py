@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fuzz.report.callee import snippet_under_free_name
-from fuzz.report.texts import for_terminal
+from fuzz.report.texts import SNIPPET_WIDTH, for_terminal
 from impls.frameworks import SnippetSyntax, adapter_class
 from impls.layouts import numpy_writeable, strided_view
 from reference.case import Case
@@ -36,7 +36,6 @@ class SnippetSource:
     precision: str = "contract"
 
 
-SNIPPET_WIDTH = 100  # what the terminal prints: a snippet whose lines all fit is printed whole
 INLINE_WIDTH = 40  # a literal this short stays on its call's line
 LITERAL_WIDTH = 56  # a longer one's lines, indented 4 and followed by at most `, dtype=..., device=...)`
 
@@ -102,13 +101,30 @@ def failure_comments(failures: list[str]) -> list[str]:
 def _call_lines(function_name: str, target: str, call: str) -> list[str]:
     """`target = call`, where an exception from the function fails an assertion (the snippet fails with
     AssertionError whatever went wrong, the original error chained to it)."""
+    called = [f"    {target} = {call}"]
+    if len(called[0]) > SNIPPET_WIDTH and "(" in call:  # a long function name: its arguments on a line of their own
+        head, arguments = call.split("(", 1)
+        called = [f"    {target} = {head}(", f"        {arguments}"]
     return [
         "try:",
-        f"    {target} = {call}",
+        *called,
         "except Exception as error:",
-        f"    raised = f'{function_name} raised {{type(error).__name__}}: {{error}}'",
+        # two literals, so that a long function name keeps the line within the terminal's 100 columns
+        f"    raised = (f'{function_name} raised '",
+        "              f'{type(error).__name__}: {error}')",
         "    raise AssertionError(raised) from error",
     ]
+
+
+def wrapping_lines(name: str, wrap: str) -> list[str]:
+    """`name = wrap(name)` (wrap a template, "torch.compile({}, fullgraph=True)"); for a name too long for that to
+    fit the terminal's columns, the call's arguments on lines of their own."""
+    line = f"{name} = {wrap.format(name)}"
+    if len(line) <= SNIPPET_WIDTH:
+        return [line]
+    call, rest = wrap.split("{}", 1)
+    options = [f"    {rest.removeprefix(', ')}"] if rest.startswith(", ") else []
+    return [f"{name} = {call}", f"    {name}{',' if options else rest}", *options]
 
 
 def _gradient_lines(syntax: SnippetSyntax, source: SnippetSource, case: Case, cotangents: dict[str, np.ndarray],
@@ -219,8 +235,9 @@ def _snippet(source: SnippetSource, case: Case, failures: list[str], cotangents:
         *source.import_lines,
     ]
     if source.wrap is not None:  # the compiled mode's wrapping, e.g. "jax.jit({})"
-        lines.append(f"{source.function_name} = {source.wrap.format(source.function_name)}")
+        lines += wrapping_lines(source.function_name, source.wrap)
     lines += [
+        *syntax.helpers,
         "",
         *[f"{spec.name} = {_layout_expression(syntax, case.values[spec.name], case.layout, case.dtype)}"
           for spec in contract.inputs],

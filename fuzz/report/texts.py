@@ -41,6 +41,7 @@ def for_terminal(message: str) -> str:
     return message if label is None else f"{label}: {shorten(message)}"
 
 
+SNIPPET_WIDTH = 100  # what the terminal prints: a snippet whose lines all fit is printed whole
 STRING_PIECE = 64  # a long string literal's pieces: within 100 columns after an indent and a name
 
 

@@ -53,7 +53,9 @@ class SnippetSyntax:
     {byte_strides} and {writeable} and views a 1-D buffer in a layout (None where arrays have no strides:
     then an empty array is `reshape` of it, {buffer} to {shape}); `as_float64` converts `x` to a float64 NumPy
     array. `vjp` defines `forward_and_backward()` for `{function}` from the cotangent_* globals; it returns
-    one gradient per differentiable input, None for one the outputs carry no gradient to."""
+    one gradient per differentiable input, None for one the outputs carry no gradient to. `helpers` define what
+    the templates call, after the function's own lines (a function of the same name defined there, and let go
+    under a name of its own, leaves them bound)."""
 
     imports: tuple[str, ...]
     float_array: str
@@ -64,11 +66,12 @@ class SnippetSyntax:
     counts_writes: bool = False  # inputs have `_version` counters
     vjp: tuple[str, ...] = ()
     reshape: str = "{buffer}.reshape({shape})"  # where arrays have no strides: an empty array's shape
+    helpers: tuple[str, ...] = ()
 
 
 NUMPY_AS_FLOAT64 = "np.asarray(x, dtype=np.float64)"
 # over two lines (inside the call's brackets), so that `name = <this>` stays within a terminal's width
-NUMPY_STRIDED = ("np.lib.stride_tricks.as_strided(\n    {buffer}[{offset}:], {shape}, {byte_strides}, "
+NUMPY_STRIDED = ("np.lib.stride_tricks.as_strided(\n    {buffer}[{offset}:],\n    {shape}, {byte_strides}, "
                  "writeable={writeable})")
 
 

@@ -130,17 +130,20 @@ class JaxFramework(Framework):
         dtype, extra = numpy_dtype_expression(case.dtype)
         x64 = ('jax.config.update("jax_enable_x64", True)  # float64 exists only in 64-bit mode',) \
             if case.dtype == "float64" else ()
-        put = "jax.device_put(np.array({{values}}, dtype={dtype}), jax.devices({platform!r})[{index}])"
         platform = "cpu" if case.device.startswith("cpu") else "gpu"
         index = int(case.device.partition(":")[2] or 0)
+        # the device named once, in a helper as short as torch.tensor(: `token_log_probs = put(np.array(<a literal
+        # of 40 columns>, dtype=ml_dtypes.bfloat16))` keeps within the terminal's 100 columns
+        put = "put(np.array({{values}}, dtype={dtype}))"
+        helper = (f"def put(x):  # onto the case's device\n"
+                  f"    return jax.device_put(x, jax.devices({platform!r})[{index}])")
         # a second host device exists only if XLA is told so before JAX starts
         hosts = ("import os", f"os.environ['XLA_FLAGS'] = os.environ.get('XLA_FLAGS', '') + "
                  f"' {HOST_DEVICE_FLAG}={HOST_DEVICES}'") if index else ()
         return SnippetSyntax(
             (*hosts, "import jax", *x64, "import jax.numpy as jnp", "import numpy as np", *extra),
-            put.format(dtype=dtype, platform=platform, index=index),
-            put.format(dtype="bool", platform=platform, index=index), None,
-            NUMPY_AS_FLOAT64, ("ArrayImpl", "Array"), vjp=_snippet_vjp(case.contract))
+            put.format(dtype=dtype), put.format(dtype="bool"), None,
+            NUMPY_AS_FLOAT64, ("ArrayImpl", "Array"), vjp=_snippet_vjp(case.contract), helpers=(helper,))
 
     def is_array(self, value: object) -> bool:
         return isinstance(value, self.jax.Array)

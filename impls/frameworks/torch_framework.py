@@ -119,7 +119,9 @@ class TorchFramework(Framework):
         device = f", device={case.device!r}" if case.device != "cpu" else ""
         return SnippetSyntax(
             ("import torch",), f"torch.tensor({{values}}, dtype=torch.{case.dtype}{device})",
-            f"torch.tensor({{values}}, dtype=torch.bool{device})", "{buffer}.as_strided({shape}, {strides}, {offset})",
+            f"torch.tensor({{values}}, dtype=torch.bool{device})",
+            # the view on a line of its own, so that a buffer's literal and it keep within a terminal's width
+            "(\n    {buffer}\n    .as_strided({shape}, {strides}, {offset}))",
             "(np.asarray(x.detach().to('cpu', torch.float64)) if isinstance(x, torch.Tensor)\n"
             "            else np.asarray(x, dtype=np.float64))",
             ("Tensor",), counts_writes=True, vjp=_snippet_vjp(case.contract))
