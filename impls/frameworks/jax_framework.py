@@ -132,8 +132,8 @@ class JaxFramework(Framework):
             if case.dtype == "float64" else ()
         platform = "cpu" if case.device.startswith("cpu") else "gpu"
         index = int(case.device.partition(":")[2] or 0)
-        # the device named once, in a helper as short as torch.tensor(: `token_log_probs = put(np.array(<a literal
-        # of 40 columns>, dtype=ml_dtypes.bfloat16))` keeps within the terminal's 100 columns
+        # the device named once, in a helper as short as torch.tensor(: the longest input's name, ` = put(np.array(`,
+        # a literal of 40 columns and `, dtype=ml_dtypes.bfloat16))` keep within the terminal's 100 columns
         put = "put(np.array({{values}}, dtype={dtype}))"
         helper = (f"def put(x):  # onto the case's device\n"
                   f"    return jax.device_put(x, jax.devices({platform!r})[{index}])")
