@@ -180,3 +180,34 @@ def test_every_line_of_a_snippet_fits_the_terminals_columns(framework, dtype):
                 snippet = _snippet(case, framework)
                 widest = max(snippet.splitlines(), key=len)
                 assert len(widest) <= SNIPPET_WIDTH, (layout, widest)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax", "numpy", "array-api"])
+def test_an_array_of_one_repeated_value_is_one_line_and_rebuilt_exactly(framework):
+    """The gradient cells' fixed case with nothing selected (4 x 7, fuzz.judge.anchors): its mask, the exact
+    gradients and their tolerances are one value repeated, written as `[[False] * 7] * 4`, so that its snippet,
+    gradients and all, is short and narrow enough to be printed; and it still rebuilds the very inputs and checks
+    them."""
+    from fuzz.report.terminal import SNIPPET_LINES
+    from fuzz.report.texts import SNIPPET_WIDTH
+    from reference.dtypes import round_to
+
+    rng = np.random.default_rng(2)
+    case = Case(round_to(rng.uniform(-5, 0, (4, 7)), "float32"), round_to(rng.uniform(-2, 2, 4), "float32"),
+                np.zeros((4, 7), bool), dtype="float32")
+    differentiable = framework in ("torch", "jax")  # NumPy and the Array API have no gradients to check
+    cotangents = complete_cotangents({"sequence_summed": rng.uniform(-1, 1, 4), "token_averaged": rng.uniform(-1, 1, 4),
+                                      "magnitude_ratio": np.array(0.5)}, 4) if differentiable else None
+    source = SnippetSource("recorded", framework, (), "recorded", None, ())
+    snippet = snippet_for(source, case, ["d advantages is not finite"], cotangents)
+    assert "[[False] * 7] * 4" in snippet
+    assert snippet.count("[[0.0] * 7] * 4") == (2 if differentiable else 0)  # the gradient and its tolerance
+    assert len(snippet.splitlines()) <= SNIPPET_LINES
+    assert max(len(line) for line in snippet.splitlines()) <= SNIPPET_WIDTH  # the backward's lines too
+    implementation = get_implementation({"torch": "torch-eager", "jax": "jax-jit", "numpy": "numpy",
+                                         "array-api": "array-api"}[framework])
+    namespace = {"recorded": implementation}
+    exec(compile(snippet, "<snippet>", "exec"), namespace)  # the built-in is right: no AssertionError
+    adapter = load_framework(framework)
+    np.testing.assert_array_equal(adapter.to_float64(namespace["token_log_probs"]), case.token_log_probs)
+    np.testing.assert_array_equal(adapter.to_bool(namespace["token_mask"]), case.token_mask)

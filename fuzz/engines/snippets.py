@@ -12,7 +12,8 @@ import numpy as np
 
 from fuzz.engines.judge import summed_over_replicas
 from fuzz.engines.split import Padded, Split, pad_cotangents, pad_for_shard_map
-from fuzz.report.snippet import bool_literal, comment_lines, failure_comments, literal, plural, wrapping_lines
+from fuzz.report.literals import bool_literal, literal
+from fuzz.report.snippet import comment_lines, failure_comments, plural, wrapping_lines
 from reference.case import Case
 from reference.exact import exact_results, exact_tolerance
 

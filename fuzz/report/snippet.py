@@ -7,13 +7,13 @@ that never came back alike."""
 
 from __future__ import annotations
 
-import pprint
 import textwrap
 from dataclasses import dataclass
 
 import numpy as np
 
 from fuzz.report.callee import snippet_under_free_name
+from fuzz.report.literals import bool_literal, literal
 from fuzz.report.texts import SNIPPET_WIDTH, for_terminal
 from impls.frameworks import SnippetSyntax, adapter_class
 from impls.layouts import numpy_writeable, strided_view
@@ -34,27 +34,6 @@ class SnippetSource:
     wrap: str | None
     layouts: tuple[str, ...]
     precision: str = "contract"
-
-
-INLINE_WIDTH = 40  # a literal this short stays on its call's line
-LITERAL_WIDTH = 56  # a longer one's lines, indented 4 and followed by at most `, dtype=..., device=...)`
-
-
-def _wrapped(values: list) -> str:
-    """A nested list literal: inline where short, else on lines of its own inside the call's brackets (valid
-    Python there), so that `name = torch.tensor(<this>, dtype=..., device=...)` keeps within 100 columns."""
-    text = repr(values)
-    if len(text) <= INLINE_WIDTH:
-        return text
-    return "\n    " + pprint.pformat(values, width=LITERAL_WIDTH, compact=True).replace("\n", "\n    ")
-
-
-def literal(values: np.ndarray) -> str:
-    return _wrapped(np.asarray(values, dtype=np.float64).tolist())  # nan and inf come from `from math import`
-
-
-def bool_literal(values: np.ndarray) -> str:
-    return _wrapped(np.asarray(values, dtype=bool).tolist())
 
 
 def _layout_expression(syntax: SnippetSyntax, values: np.ndarray, layout: str, dtype: str) -> str:

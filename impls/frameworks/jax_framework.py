@@ -47,7 +47,8 @@ def _snippet_vjp(contract: Contract) -> tuple[str, ...]:
         f"    def differentiable_part({', '.join(differentiable)}):",
         f"        return {snippet_outputs(contract, call)}",
         f"    out, pullback = jax.vjp(differentiable_part, {', '.join(differentiable)})",
-        "    return pullback({{k: jnp.asarray(globals()['cotangent_' + k], dtype=v.dtype) for k, v in out.items()}})",
+        "    return pullback({{k: jnp.asarray(globals()['cotangent_' + k], dtype=v.dtype)",
+        "                     for k, v in out.items()}})",
     )
 
 
