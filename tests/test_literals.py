@@ -51,14 +51,18 @@ def test_a_mask_literal_rebuilds_the_mask_exactly_within_the_columns(mask):
 
 def test_a_rows_weight_on_its_selected_tokens_reads_as_one_value_and_its_count():
     """A reduction's gradient: one weight per row on its selected tokens, 0 on the others; its mask: prefix
-    lengths. A row of 1031 tokens is one short line."""
+    lengths. A row of 1031 tokens is a short line."""
     gradient = np.zeros((4, 7))
     gradient[0], gradient[1, :3], gradient[3, :5] = 0.25, 0.5, 0.004079196522829097
-    assert literal(gradient).split("\n")[1:] == ["    [[0.25] * 7,", "     [0.5] * 3 + [0.0] * 4,", "     [0.0] * 7,",
-                                                 "     [0.004079196522829097] * 5 + [0.0, 0.0]]"]
+    text = literal(gradient)
+    for row in ["[[0.25] * 7,", "[0.5] * 3 + [0.0] * 4,", "[0.0] * 7,", "[0.004079196522829097] * 5 + [0.0, 0.0]]"]:
+        assert row in text
+    assert len(text.splitlines()) <= 3  # the call's line, then 2
     mask = np.zeros((3, 1031), bool)
     mask[0, :700], mask[2, :5] = True, True
-    assert bool_literal(mask).split("\n")[1:] == ["    [[True] * 700 + [False] * 331,", "     [False] * 1031,",
-                                                  "     [True] * 5 + [False] * 1026]"]
+    text = bool_literal(mask)
+    for row in ["[[True] * 700 + [False] * 331,", "[False] * 1031,", "[True] * 5 + [False] * 1026]"]:
+        assert row in text
+    assert len(text.splitlines()) <= 3
     assert bool_literal(np.ones((3, 1031), bool)) == "[[True] * 1031] * 3"
     assert literal(np.array([1.0, 2.0, 3.0])) == "[1.0, 2.0, 3.0]"  # short: as it is

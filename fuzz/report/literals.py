@@ -91,23 +91,28 @@ def _row_words(row: np.ndarray) -> list[str]:
 
 
 def _filled(rows: list[list[str]], ndim: int) -> list[str]:
-    """The rows' words filled into lines of LINE_WIDTH, each row starting a line (pprint's layout: a 2-d list
-    opens with `[[`, its later rows with ` [`, a row's own later lines one column further in); the last row's
-    lines as wide as leaves its last line within LAST_WIDTH."""
+    """The rows' words filled into lines of LINE_WIDTH (pprint's compact layout: a 2-d list opens with `[[`, a row
+    that fits on one line shares it with the next ones that fit, a longer row starts a line and its own later lines
+    are one column further in); the last row's lines as wide as leaves the last line within LAST_WIDTH."""
     lines: list[str] = []
+    shared = False  # whether the last line holds whole rows only, so that another whole row may join it
     for number, words in enumerate(rows):
+        final = number == len(rows) - 1
         opening = ("[" if number == 0 else " ") if ndim == 2 else ""
-        closing = ("]" if number == len(rows) - 1 else ",") if ndim == 2 else ""
+        closing = ("]" if final else ",") if ndim == 2 else ""
         words = [*words[:-1], words[-1] + closing]
         continuation = " " * (len(opening) + 1)  # inside the row's bracket
-        if number < len(rows) - 1:
-            lines += _lines(opening, continuation, words, LINE_WIDTH)
-            continue
-        for width in range(LINE_WIDTH, LAST_WIDTH - 1, -1):
-            last = _lines(opening, continuation, words, width)
-            if len(last[-1]) <= LAST_WIDTH:
-                break
-        lines += last
+        own = _lines(opening, continuation, words, LINE_WIDTH)
+        if final:
+            for width in range(LINE_WIDTH, LAST_WIDTH - 1, -1):
+                own = _lines(opening, continuation, words, width)
+                if len(own[-1]) <= LAST_WIDTH:
+                    break
+        if shared and len(own) == 1 and len(lines[-1]) + len(own[0]) <= (LAST_WIDTH if final else LINE_WIDTH):
+            lines[-1] += own[0]  # `[a, b],` then ` [c, d],`: the row's opening space separates them
+        else:
+            lines += own
+        shared = len(own) == 1
     return lines
 
 
