@@ -213,11 +213,31 @@ def test_a_nan_float16_gradient_from_an_epsilon_guard_names_the_epsilon_too():
     from fuzz.judge.gradients import _non_finite
 
     nan, mask = np.array([[np.nan]]), np.array([[False]])
-    kind, message = _non_finite("d token_losses", nan, None, mask, "float16")
+    kind, message = _non_finite("d token_losses", nan, None, mask, "float16", {})
     assert kind == "non-finite gradient"
     assert "guarded by a where" in message and "or by an epsilon (1 / (0 + 1e-8) is 1e8" in message, message
-    assert "epsilon" not in _non_finite("d token_losses", nan, None, mask, "bfloat16")[1]
-    assert "epsilon" not in _non_finite("d token_losses", nan, None, np.array([[True]]), "float16")[1]
+    assert "epsilon" not in _non_finite("d token_losses", nan, None, mask, "bfloat16", {})[1]
+    assert "epsilon" not in _non_finite("d token_losses", nan, None, np.array([[True]]), "float16", {})[1]
+
+
+def test_a_hint_on_the_case_is_said_once_in_a_verdict_and_referred_to_after():
+    """-inf at masked positions multiplied by the mask makes every output non-finite: the hint (what in the case
+    does it) is said for the first, and the others point to it, in the terminal and in the snippet's comments."""
+    from fuzz.judge.forward import compare_values
+    from fuzz.judge.outputs import ReadBack
+    from fuzz.judge.verdict import NON_FINITE
+    from reference.tolerance import PRECISIONS
+
+    case = Case(np.array([[-1.0, -np.inf], [-2.0, -3.0]]), np.array([1.0, 2.0]),
+                np.array([[True, False], [True, True]]))
+    nan = {"sequence_summed": np.array([np.nan, -10.0]), "token_averaged": np.array([np.nan, -5.0]),
+           "magnitude_ratio": np.array(np.nan)}
+    verdict = compare_values(ReadBack(nan, dict.fromkeys(nan, "float32")), case, PRECISIONS["contract"])
+    non_finite = [failure.message for failure in verdict.failures if failure.kind == NON_FINITE]
+    assert len(non_finite) == 3
+    assert "masked-out token_log_probs hold -inf: multiplied by the mask" in non_finite[0]
+    assert non_finite[1:] == ["token_averaged is not finite: [nan -5.]: see sequence_summed above",
+                              "magnitude_ratio is not finite: nan: see sequence_summed above"]
 
 
 def _epsilon_guarded_mean(token_losses, token_mask):

@@ -49,6 +49,17 @@ def non_finite_hint(case: Case) -> str | None:
     return "; or ".join(hints) or None
 
 
+def said_once(hinted: dict[str, str], hint: str | None, name: str) -> str | None:
+    """`hint` the first time it is said in a verdict; after that, where it was said: a hint on the case (inf at
+    masked positions, a row with no token) is the same for every output that it makes non-finite."""
+    if hint is None:
+        return None
+    if hint in hinted:
+        return f"see {hinted[hint]} above"
+    hinted[hint] = name
+    return hint
+
+
 def empty_selection(mask: np.ndarray) -> str | None:
     """Where the mask selects nothing, as a report says it: in the whole batch, or in a row."""
     if not mask.any():
@@ -80,12 +91,13 @@ def compare_values(got: ReadBack, case: Case, precision: Precision) -> Verdict:
     contract, expected, verdict = case.contract, exact_results(case), Verdict()
     tol = exact_tolerance(case, precision)
     scales = contract.ulp_scales(expected)  # the magnitudes the sums work at (see ulp_error)
+    hinted: dict[str, str] = {}  # a hint said, and the output it was said for
     for key, want in expected.outputs().items():
         value = got.values[key]
         if not np.isfinite(value).all():
             overflow = contract.forward_overflow(expected, case.dtype, key)
             seen = f"{key} is not finite: {np.array2string(value, threshold=8)}"
-            hint = overflow or non_finite_hint(case)
+            hint = said_once(hinted, overflow or non_finite_hint(case), key)
             verdict.fail(FORWARD_OVERFLOW if overflow else NON_FINITE, f"{seen}: {hint}" if hint else seen)
         ratios = error_ratio(value, want, tol[key])
         verdict.error_ratios[key] = float(np.max(ratios, initial=0.0))

@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from fuzz.judge.draws import draw_cotangents
-from fuzz.judge.forward import empty_selection
+from fuzz.judge.forward import empty_selection, said_once
 from fuzz.judge.outputs import GRADIENT_STRUCTURE, check_gradient_arrays, modified_inputs
 from fuzz.judge.verdict import Verdict, call_safely, named_by_forward_alone, out_of_tolerance, same_bits
 from reference.case import Case
@@ -31,22 +31,23 @@ GRADIENT_MASKED = "gradient not 0 at masked positions"
 
 
 def _non_finite(name: str, values: np.ndarray, overflow: str | None, mask: np.ndarray,
-                dtype: str) -> tuple[str, str]:
+                dtype: str, hinted: dict[str, str]) -> tuple[str, str]:
     """The kind and message of a non-finite gradient: an overflow of the dtype, or a bug (with what in the case
     makes the usual ones non-finite: a count of 0 divided by, under a where that keeps its inf or NaN out of
     the loss but not out of the backward; where 1 / 1e-8 exceeds the dtype's range (float16), a count of 0
-    plus an epsilon, whose reciprocal overflows on its way back to the inputs and meets the mask's 0)."""
+    plus an epsilon, whose reciprocal overflows on its way back to the inputs and meets the mask's 0). A hint
+    already said for another input is referred to (`said_once`)."""
     bad = np.argwhere(~np.isfinite(values))[0].tolist()
     seen = f"{name}{bad} = {float(values[tuple(bad)])!r}"
     if overflow is not None:
-        return GRADIENT_OVERFLOW, f"{seen}: {overflow}"
+        return GRADIENT_OVERFLOW, f"{seen}: {said_once(hinted, overflow, name)}"
     empty = empty_selection(mask)
     # 1e-8: what trainers add to a count instead of clamping it (NeMo-RL, OpenRLHF, ROLL, torchtune)
     epsilon = (f" or by an epsilon (1 / (0 + 1e-8) is 1e8, past {dtype}'s range: inf times the mask's 0 is NaN)"
                if largest(dtype) < 1e8 else "")
-    hint = (f": {empty}: a division by its count of 0 guarded by a where (whose other branch's inf or NaN still "
-            f"reaches the backward){epsilon}?") if empty else ""
-    return GRADIENT_NON_FINITE, f"{name} is not finite: {seen}{hint}"
+    hint = said_once(hinted, f"{empty}: a division by its count of 0 guarded by a where (whose other branch's inf "
+                     f"or NaN still reaches the backward){epsilon}?" if empty else None, name)
+    return GRADIENT_NON_FINITE, f"{name} is not finite: {seen}" + (f": {hint}" if hint else "")
 
 
 def named_by_pass(verdict: Verdict, function: Callable[..., Any], adapter: Any, case: Case,
@@ -92,6 +93,7 @@ def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Any, cotan
     tolerances = contract.gradient_tolerance(exact, cotangents, case.dtype, precision)
     overflow = contract.backward_overflow(exact, cotangents, case.dtype, precision)
     mask = case.mask
+    hinted: dict[str, str] = {}  # a hint said, and the gradient it was said for
     for spec in contract.differentiable_inputs:
         name = f"d {spec.name}"
         if name not in values:
@@ -102,7 +104,7 @@ def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Any, cotan
             verdict.fail(GRADIENT_STRUCTURE, f"{name} has shape {got.shape}, expected {want.shape}")
             continue
         if not np.isfinite(got).all():
-            verdict.fail(*_non_finite(name, got, overflow, mask, case.dtype))
+            verdict.fail(*_non_finite(name, got, overflow, mask, case.dtype, hinted))
         if spec.role == "tokens" and (got[~mask] != 0).any():
             verdict.fail(GRADIENT_MASKED, f"{name} is not exactly 0 at masked positions")
         ratios = error_ratio(got, want, bound)

@@ -65,8 +65,8 @@ def _plain_words(texts: list[str]) -> list[str]:
 
 def _row_words(row: np.ndarray) -> list[str]:
     """A 1-d row as words to fill lines with (a line may break between any two): its runs of RUN or more equal
-    values as `[v] * n`, the values between them as a plain list, joined by `+`, where that is shorter than the
-    plain list; else the plain list."""
+    values as `[v] * n`, the values between them as a plain list, joined by `+`, where that is at most three
+    quarters of the plain list; else the plain list."""
     texts = [repr(value) for value in row.tolist()]
     chunks: list[list[str] | tuple[str, int]] = []  # plain stretches and (value, count) runs
     start = 0
@@ -87,7 +87,9 @@ def _row_words(row: np.ndarray) -> list[str]:
             words[-1] += " +"
         words += [f"[{chunk[0]}] * {chunk[1]}"] if isinstance(chunk, tuple) else _plain_words(chunk)
     plain = _plain_words(texts)
-    return words if len(" ".join(words)) < len(" ".join(plain)) else plain
+    # runs that save little make a row harder to read than its values one by one: `[False, False, True] +
+    # [False] * 3 + [True]`
+    return words if 4 * len(" ".join(words)) <= 3 * len(" ".join(plain)) else plain
 
 
 def _filled(rows: list[list[str]], ndim: int) -> list[str]:
