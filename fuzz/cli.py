@@ -105,7 +105,8 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _common_options(parser: argparse.ArgumentParser, examples_help: str, gradient_examples_help: str) -> None:
+def _common_options(parser: argparse.ArgumentParser, examples_help: str, gradient_examples_help: str,
+                    on_ranks: str) -> None:
     jobs = default_jobs()
     parser.add_argument("--dtypes", type=_csv(DTYPE_NAMES, "--dtypes"), default=list(DTYPE_NAMES),
                         help="comma-separated dtypes (default: all four; those a framework lacks are n/a cells)")
@@ -126,8 +127,8 @@ def _common_options(parser: argparse.ArgumentParser, examples_help: str, gradien
                         help=f"worker processes, one cell each at a time (default: min(2, cores) = {jobs})")
     parser.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help="time limit of one call of the function, a first compile included; a call that "
-                        f"overruns fails its cell (default {DEFAULT_TIMEOUT:g}). On ranks (--ranks, --sharded) an "
-                        f"example's deadline is ${TIMEOUT_VARIABLE} seconds instead (default {DEFAULT_TIMEOUT_S:g})")
+                        f"overruns fails its cell (default {DEFAULT_TIMEOUT:g}). {on_ranks} an example's deadline "
+                        f"is ${TIMEOUT_VARIABLE} seconds instead (default {DEFAULT_TIMEOUT_S:g})")
 
 
 CAMPAIGN_HELP = ("Fuzz every available built-in implementation of every contract against the float64 reference "
@@ -152,7 +153,8 @@ def _add_campaign(subparsers: argparse._SubParsersAction) -> None:
                     "sharded or micro-batch row runs at most its engine's own number: each example runs every split), "
                     "drawn besides a few fixed cases (docs/fuzzer.md)",
                     "examples per gradient cell (default: half of --max-examples; a sharded or micro-batch row's: "
-                    "as many as its forward cells), drawn after its 2 fixed cases")
+                    "as many as its forward cells), drawn after its 2 fixed cases",
+                    "For the sharded built-ins and the rows over ranks (torch-distributed, jax-shard-map, R x G)")
     parser.add_argument("--no-gradients", dest="gradients", action="store_false",
                         help="skip the gradient checks of the differentiable built-ins")
     parser.set_defaults(run=campaign)
@@ -177,7 +179,7 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
                     f"{SHARDED_EXAMPLES}: each example runs every split or mesh), drawn besides a few fixed cases "
                     "(docs/fuzzer.md)",
                     "examples per gradient cell (default: half of --max-examples; with --sharded or --accumulation "
-                    "as many), drawn after its 2 fixed cases")
+                    "as many), drawn after its 2 fixed cases", "On ranks or a mesh (--ranks, --sharded)")
     parser.set_defaults(max_examples=None)  # None: DEFAULT_EXAMPLES, or --sharded's own default
     parser.add_argument("--gradients", action=argparse.BooleanOptionalAction, default=None,
                         help="fuzz the backward pass too (torch autograd / jax.vjp) against the exact VJP (default: "

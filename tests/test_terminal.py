@@ -237,6 +237,29 @@ def test_the_progress_lines_of_one_target_keep_one_label_in_every_dtype():
     assert all("loss.py:fn | " in line for line in lines), lines
 
 
+def test_the_progress_lines_of_one_implementation_keep_one_label_whatever_their_numbers():
+    """A campaign's float64 line with short numbers (0.0316, 2 ulp) and its float32 line with longer ones (0.118,
+    2.47 ulp) show the same label: the tail is taken as wide as numbers usually come."""
+    labels = set()
+    for dtype, worst, ulps in [("float32", 0.118, 2.47), ("float64", 0.0316, 2.0), ("float16", 0.0136, 5.37e-05)]:
+        cell = CellResult("torch-eager", "cpu", dtype, "forward", examples=43, seconds=0.4)
+        cell.contract, cell.worst, cell.worst_ulps = "reduction (every mode)", worst, ulps
+        line = progress_line("forward", cell, "cpu", dtype)
+        assert len(line) <= WIDTH, line
+        labels.add(line.split(" | ")[1])
+    assert len(labels) == 1, labels
+
+
+def test_a_bugs_heading_never_ends_on_a_line_of_its_own_closing_marks():
+    """However long the heading, its closing `===` stays with the heading's last word."""
+    for length in range(20, 120):
+        cell = _cell("print('fits')\n", subject="s" * length)
+        cell.contract = "magnitude"
+        headings = [line for line in bugs([cell]) if line.startswith("=== FAIL")]
+        assert headings, length
+        assert not [line for line in bugs([cell]) if line.strip() == "==="], length
+
+
 def test_a_snippet_of_large_inputs_goes_to_a_file(tmp_path):
     snippet = "x = [" + ", ".join(["0.1"] * 40000) + "]\nassert False\n"
     lines = bugs([_cell(snippet)], snippet_folder=str(tmp_path))

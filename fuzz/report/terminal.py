@@ -22,6 +22,7 @@ from fuzz.report.texts import for_terminal, is_compile_failure, shorten
 from reference.dtypes import DTYPE_NAMES
 
 WIDTH = 100
+TAIL_ROOM = 36  # a progress line's numbers, as wide as they usually come: "  20 ex, 0.0136, 5.37e-05 ulp, 0.3 s"
 SUBJECT_TAIL = 8  # a progress line keeps at least this much of a long name's end ("...y:step"), else it is cut
 SNIPPET_LINES = 80  # a snippet longer than this goes to a file
 COLUMNS = 54  # the summary's columns besides the implementation's, their gaps and indent included
@@ -61,9 +62,11 @@ def progress_line(row: str, cell: CellResult, device: str, dtype: str) -> str:
     room = WIDTH - len(tail) - 7
     labels = (cell.contract, cell.contract.split(" (", 1)[0], None)
     rests = [" | ".join(part for part in (label, f"{device} {dtype}", row) if part is not None) for label in labels]
-    # which label fits is decided as for the widest dtype name: a target's lines keep one label in every dtype
+    # which label fits is decided as for the widest dtype name and a tail of TAIL_ROOM: a target's lines keep one
+    # label in every dtype, whatever its numbers
     widest = len(max(DTYPE_NAMES, key=len)) - len(dtype) if dtype in DTYPE_NAMES else 0
-    rest = next((rest for rest in rests if len(cell.subject) + 3 + len(rest) + widest <= room), rests[-1])
+    label_room = WIDTH - max(len(tail), TAIL_ROOM) - 7
+    rest = next((rest for rest in rests if len(cell.subject) + 3 + len(rest) + widest <= label_room), rests[-1])
     subject_room = room - 3 - len(rest)
     subject = cell.subject
     if len(subject) > subject_room >= SUBJECT_TAIL:  # its end names the function: "...loss.py:agg_loss"
@@ -196,7 +199,8 @@ def bugs(results: Sequence[CellResult], snippet_folder: str | None = None) -> li
             others = [other.kind for other in cell.bugs if key(cell, other) != key(cell, bug)]
             title = f"{where}: {bug.kind}" + (f" (this cell also: {'; '.join(others)})" if others else "")
             story = ", ".join(f"{label}={value!r}" for label, value in bug.story if label != "seed")
-            lines += ["", *wrap(f"=== FAIL {title} ===")]
+            # the closing === keeps its last word: a non-breaking space, which textwrap does not split at
+            lines += ["", *(line.replace("\xa0", " ") for line in wrap(f"=== FAIL {title}\xa0==="))]
             lines += [line for failure in bug.failures for line in wrap(f"- {for_terminal(failure)}", indent="  ")]
             if story:
                 lines += wrap(f"{case_title(label for label, _ in bug.story)}: {story}", indent="  ")
