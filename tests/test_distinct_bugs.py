@@ -164,6 +164,17 @@ def test_an_empty_selection_in_float16_says_an_epsilon_is_no_guard_there():
     assert non_finite_hint(Case(dtype="bfloat16", **empty)).endswith("mean over none of them (0 / 0)?")
 
 
+def test_a_batch_of_no_tokens_names_the_padded_width_as_a_length_too():
+    """`sum / (B * token_mask.shape[-1])` (L_max from the shape) is 0 / 0 on a batch of width 0: the hint names a
+    length read from the shape beside a mean over nothing; a batch with tokens does not."""
+    from fuzz.judge.forward import non_finite_hint
+
+    contract = get_contract("reduction")
+    width_0 = non_finite_hint(Case(np.zeros((2, 0)), np.zeros((2, 0), bool), contract=contract))
+    assert width_0.endswith("; or a length taken from the shape (the padded width, 0 here)?"), width_0
+    assert "padded width" not in non_finite_hint(Case([[1.0, 2.0]], [[False, False]], contract=contract))
+
+
 def test_no_hint_where_the_case_holds_nothing_that_makes_a_usual_mistake_non_finite():
     from fuzz.judge.forward import non_finite_hint
 
