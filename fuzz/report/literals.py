@@ -28,8 +28,8 @@ def bool_literal(values: np.ndarray) -> str:
 
 
 def _written(values: np.ndarray) -> str:
-    """Inline where short; else on lines of their own inside the call's brackets (valid Python there), each row
-    starting a line, so that `name = torch.tensor(<this>, dtype=..., device=...)` keeps within 100 columns."""
+    """Inline where short; else on lines of their own inside the call's brackets (valid Python there), laid out by
+    rows (`_filled`), so that `name = torch.tensor(<this>, dtype=..., device=...)` keeps within 100 columns."""
     plain = repr(values.tolist())
     if len(plain) <= INLINE_WIDTH:
         return plain
