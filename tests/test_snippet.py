@@ -163,7 +163,7 @@ def test_every_line_of_a_snippet_fits_the_terminals_columns(framework, dtype):
     """Inputs of the longest name (token_log_probs) holding values of long literals, in every layout the framework
     has: each line within the 100 columns the terminal prints (a JAX array is put on its device by a short helper,
     not by `jax.device_put(..., jax.devices('cpu')[0])` around it), so a short snippet is printed, not filed."""
-    from fuzz.report.texts import SNIPPET_WIDTH
+    from fuzz.report.texts import WIDTH
     from reference.dtypes import round_to
 
     rng = np.random.default_rng(1)
@@ -179,7 +179,7 @@ def test_every_line_of_a_snippet_fits_the_terminals_columns(framework, dtype):
                             np.broadcast_to(mask, shape).copy(), dtype=dtype, layout=layout)
                 snippet = _snippet(case, framework)
                 widest = max(snippet.splitlines(), key=len)
-                assert len(widest) <= SNIPPET_WIDTH, (layout, widest)
+                assert len(widest) <= WIDTH, (layout, widest)
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax", "numpy", "array-api"])
@@ -189,7 +189,7 @@ def test_an_array_of_one_repeated_value_is_one_line_and_rebuilt_exactly(framewor
     gradients and all, is short and narrow enough to be printed; and it still rebuilds the very inputs and checks
     them."""
     from fuzz.report.terminal import SNIPPET_LINES
-    from fuzz.report.texts import SNIPPET_WIDTH
+    from fuzz.report.texts import WIDTH
     from reference.dtypes import round_to
 
     rng = np.random.default_rng(2)
@@ -203,7 +203,7 @@ def test_an_array_of_one_repeated_value_is_one_line_and_rebuilt_exactly(framewor
     assert "[[False] * 7] * 4" in snippet
     assert snippet.count("[[0.0] * 7] * 4") == (2 if differentiable else 0)  # the gradient and its tolerance
     assert len(snippet.splitlines()) <= SNIPPET_LINES
-    assert max(len(line) for line in snippet.splitlines()) <= SNIPPET_WIDTH  # the backward's lines too
+    assert max(len(line) for line in snippet.splitlines()) <= WIDTH  # the backward's lines too
     implementation = get_implementation({"torch": "torch-eager", "jax": "jax-jit", "numpy": "numpy",
                                          "array-api": "array-api"}[framework])
     namespace = {"recorded": implementation}

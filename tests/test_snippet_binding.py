@@ -246,7 +246,7 @@ def test_a_function_named_as_nothing_of_the_snippet_keeps_its_import(tmp_path):
 def test_a_long_function_and_file_name_keep_the_snippet_within_the_terminals_columns(tmp_path, passed):
     """Names of 70 characters: every line of the snippet fits the 100 columns the terminal prints (the binding and
     the raised-error lines split), and it still reproduces the bug."""
-    from fuzz.report.texts import SNIPPET_WIDTH
+    from fuzz.report.texts import WIDTH
 
     name = "aggregate_the_policy_gradient_loss_over_the_selected_tokens_of_each_row"
     path = tmp_path / "trainer_losses_module_with_a_name_that_is_rather_long_too.py"
@@ -254,7 +254,7 @@ def test_a_long_function_and_file_name_keep_the_snippet_within_the_terminals_col
     function = getattr(_module_from(path), name) if passed == "value" else f"{path}:{name}"
     snippet = check(function, framework="numpy", reduction="token-mean", dtypes=["float64"], max_examples=20,
                     seed=0, fail_fast=True).failures[0].snippet
-    assert max(len(line) for line in snippet.splitlines()) <= SNIPPET_WIDTH, snippet
+    assert max(len(line) for line in snippet.splitlines()) <= WIDTH, snippet
     run = _run_snippet(snippet, tmp_path / "run")
     assert run.returncode == 1 and "AssertionError: loss" in run.stderr, run.stderr[-2000:]
 

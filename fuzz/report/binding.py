@@ -15,7 +15,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from fuzz.report.texts import SNIPPET_WIDTH, string_literal
+from fuzz.report.texts import WIDTH, string_literal
 
 
 def snippet_binding(function: Callable[..., Any]) -> tuple[tuple[str, ...], str]:
@@ -113,7 +113,7 @@ def module_attribute_line(name: str) -> str:
     """`name = _module.name`, the line that binds the function from its loaded module; for a name too long for
     that to fit the terminal's columns, the same over two lines."""
     line = f"{name} = _module.{name}"
-    return line if len(line) <= SNIPPET_WIDTH else f"{name} = (\n    _module.{name})"
+    return line if len(line) <= WIDTH else f"{name} = (\n    _module.{name})"
 
 
 def _defined_name(function: Callable[..., Any]) -> str:

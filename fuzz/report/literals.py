@@ -104,12 +104,10 @@ def _filled(rows: list[list[str]], ndim: int) -> list[str]:
         closing = ("]" if final else ",") if ndim == 2 else ""
         words = [*words[:-1], words[-1] + closing]
         continuation = " " * (len(opening) + 1)  # inside the row's bracket
-        own = _lines(opening, continuation, words, LINE_WIDTH)
-        if final:
-            for width in range(LINE_WIDTH, LAST_WIDTH - 1, -1):
-                own = _lines(opening, continuation, words, width)
-                if len(own[-1]) <= LAST_WIDTH:
-                    break
+        for width in range(LINE_WIDTH, LAST_WIDTH - 1, -1) if final else (LINE_WIDTH,):
+            own = _lines(opening, continuation, words, width)
+            if not final or len(own[-1]) <= LAST_WIDTH:
+                break
         if shared and len(own) == 1 and len(lines[-1]) + len(own[0]) <= (LAST_WIDTH if final else LINE_WIDTH):
             lines[-1] += own[0]  # `[a, b],` then ` [c, d],`: the row's opening space separates them
         else:

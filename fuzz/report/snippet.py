@@ -14,7 +14,7 @@ import numpy as np
 
 from fuzz.report.callee import snippet_under_free_name
 from fuzz.report.literals import bool_literal, literal
-from fuzz.report.texts import SNIPPET_WIDTH, for_terminal
+from fuzz.report.texts import WIDTH, for_terminal
 from impls.frameworks import SnippetSyntax, adapter_class
 from impls.layouts import numpy_writeable, strided_view
 from reference.case import Case
@@ -57,7 +57,7 @@ def _layout_expression(syntax: SnippetSyntax, values: np.ndarray, layout: str, d
 
 def comment_lines(text: str) -> list[str]:
     """`text` as comment lines within the terminal's 100 columns."""
-    return textwrap.wrap(text, SNIPPET_WIDTH, initial_indent="# ", subsequent_indent="# ", break_long_words=False,
+    return textwrap.wrap(text, WIDTH, initial_indent="# ", subsequent_indent="# ", break_long_words=False,
                          break_on_hyphens=False)
 
 
@@ -72,7 +72,7 @@ def failure_comments(failures: list[str]) -> list[str]:
     lines = []
     for failure in failures:
         for number, line in enumerate(for_terminal(failure).splitlines() or [""]):
-            lines += textwrap.wrap(line, SNIPPET_WIDTH, initial_indent="# FAILED: " if number == 0 else "#   ",
+            lines += textwrap.wrap(line, WIDTH, initial_indent="# FAILED: " if number == 0 else "#   ",
                                    subsequent_indent="#     ", break_long_words=True) or ["#"]
     return lines
 
@@ -81,7 +81,7 @@ def _call_lines(function_name: str, target: str, call: str) -> list[str]:
     """`target = call`, where an exception from the function fails an assertion (the snippet fails with
     AssertionError whatever went wrong, the original error chained to it)."""
     called = [f"    {target} = {call}"]
-    if len(called[0]) > SNIPPET_WIDTH and "(" in call:  # a long function name: its arguments on a line of their own
+    if len(called[0]) > WIDTH and "(" in call:  # a long function name: its arguments on a line of their own
         head, arguments = call.split("(", 1)
         called = [f"    {target} = {head}(", f"        {arguments}"]
     return [
@@ -99,7 +99,7 @@ def wrapping_lines(name: str, wrap: str) -> list[str]:
     """`name = wrap(name)` (wrap a template, "torch.compile({}, fullgraph=True)"); for a name too long for that to
     fit the terminal's columns, the call's arguments on lines of their own."""
     line = f"{name} = {wrap.format(name)}"
-    if len(line) <= SNIPPET_WIDTH:
+    if len(line) <= WIDTH:
         return [line]
     call, rest = wrap.split("{}", 1)
     options = [f"    {rest.removeprefix(', ')}"] if rest.startswith(", ") else []

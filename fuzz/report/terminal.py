@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 
 from fuzz.report.files import write_atomically
 from fuzz.report.results import Bug, BugKey, CellResult, bug_keys, case_title, one_per_cell, split_and_pass
-from fuzz.report.texts import for_terminal, is_compile_failure, shorten
+from fuzz.report.texts import WIDTH, for_terminal, is_compile_failure, shorten
 from reference.dtypes import DTYPE_NAMES
 
-WIDTH = 100
 TAIL_ROOM = 36  # a progress line's numbers, as wide as they usually come: "  20 ex, 0.0136, 5.37e-05 ulp, 0.3 s"
 SUBJECT_TAIL = 8  # a progress line keeps at least this much of a long name's end ("...y:step"), else it is cut
 SNIPPET_LINES = 80  # a snippet longer than this goes to a file

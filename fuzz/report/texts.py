@@ -41,7 +41,7 @@ def for_terminal(message: str) -> str:
     return message if label is None else f"{label}: {shorten(message)}"
 
 
-SNIPPET_WIDTH = 100  # what the terminal prints: a snippet whose lines all fit is printed whole
+WIDTH = 100  # the terminal's columns: every line a run prints, and a snippet printed whole only where all its lines fit
 STRING_PIECE = 64  # a long string literal's pieces: within 100 columns after an indent and a name
 
 
