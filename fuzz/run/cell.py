@@ -32,6 +32,7 @@ from fuzz.run.calls import CallTimedOut, Watcher
 from fuzz.run.interrupted import TIMEOUT, interrupted_cell, timed_out_in_process
 from fuzz.run.plan import CellTask
 from fuzz.run.subjects import snippet_source, watch_subject
+from fuzz.run.targeting import climbing_until_a_failure
 from reference.case import Case
 from reference.contracts import get_contract
 
@@ -153,7 +154,8 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
         test = given(st.data())(property_holds)
         for anchor in reversed(anchors):  # Hypothesis runs explicit examples last decorated first
             test = example(AnchorDraws(anchor, subject.contract))(test)
-        hypothesis_seed(seed)(hypothesis_settings(max_examples, draws=draws)(test))()
+        with climbing_until_a_failure(lambda: failed):
+            hypothesis_seed(seed)(hypothesis_settings(max_examples, draws=draws)(test))()
 
     try:
         run(fixed.first, draws=True)
