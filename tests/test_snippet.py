@@ -56,7 +56,7 @@ def _torch_layout(x):
     return (tuple(x.shape), x.stride(), x.storage_offset(), bytes(x.untyped_storage()))
 
 
-@pytest.mark.parametrize("shape", [(2, 3), (3, 3), (1, 4), (2, 0), (0, 3)], ids=str)
+@pytest.mark.parametrize("shape", [(2, 3), (3, 3), (1, 4), (2, 0), (0, 3), (0, 0)], ids=str)
 @pytest.mark.parametrize("layout", STRIDED_LAYOUTS_WITHOUT_NEGATIVE)
 def test_torch_snippet_rebuilds_the_exact_buffer_strides_and_offset(layout, shape):
     case = _case(shape, layout, rows_equal=layout == "expanded")
@@ -66,7 +66,7 @@ def test_torch_snippet_rebuilds_the_exact_buffer_strides_and_offset(layout, shap
         assert _torch_layout(got) == _torch_layout(want)  # NaN / True poison in the gaps included
 
 
-@pytest.mark.parametrize("shape", [(2, 3), (3, 3), (2, 0), (0, 3)], ids=str)
+@pytest.mark.parametrize("shape", [(2, 3), (3, 3), (2, 0), (0, 3), (0, 0)], ids=str)
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_numpy_snippet_rebuilds_the_exact_strides(layout, shape):
     case = _case(shape, layout, rows_equal=layout == "expanded")
