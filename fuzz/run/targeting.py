@@ -6,11 +6,11 @@ and a climb that reaches a failing example goes on from it. Climbing is a way to
 has one its verdict is made, and what is left to run is Hypothesis' search for other kinds of failure (its
 generation, which ends by its own rules) and the shrink. A cell that never fails is not touched.
 
-That climb is what made a slow function's failing cell slow: the Triton interpreter's float16 count bug of the
-corpus failed at its 11th example, 2.7 s in, then ran 448 more climbing examples, 130 s, before its shrink.
+That climb is what made a slow function's failing cell slow: a failure found early in a cell of 40 examples was
+followed by hundreds of climbing ones before its shrink (docs/measurements.md).
 
-This reaches into Hypothesis' internals (its `Optimiser`, as of hypothesis 6.170). Where they differ nothing is
-changed, and a failing cell only takes longer."""
+This reaches into Hypothesis' internals (its `Optimiser`: `run`, and the step that weighs each climbing example).
+Where they are not found nothing is changed, and a failing cell only takes longer."""
 
 from __future__ import annotations
 
@@ -35,9 +35,12 @@ def _install() -> None:
         from hypothesis.internal.conjecture.optimiser import Optimiser
     except ImportError:
         return
-    run, consider = getattr(Optimiser, "run", None), getattr(Optimiser, "consider_new_data", None)
-    if run is None or consider is None or getattr(run, "stops_at_a_failure", False):
+    # a climb's step: consider_new_data, consider_new_test_data in older Hypothesis
+    step = next((name for name in ("consider_new_data", "consider_new_test_data") if hasattr(Optimiser, name)), None)
+    run = getattr(Optimiser, "run", None)
+    if run is None or step is None or getattr(run, "stops_at_a_failure", False):
         return
+    consider = getattr(Optimiser, step)
 
     def run_until_a_failure(self, *args, **kwargs):
         if _cell_failed():
@@ -53,7 +56,8 @@ def _install() -> None:
         return consider(self, *args, **kwargs)
 
     run_until_a_failure.stops_at_a_failure = True
-    Optimiser.run, Optimiser.consider_new_data = run_until_a_failure, consider_until_a_failure
+    Optimiser.run = run_until_a_failure
+    setattr(Optimiser, step, consider_until_a_failure)
 
 
 @contextmanager
