@@ -9,8 +9,8 @@ generation, which ends by its own rules) and the shrink. A cell that never fails
 That climb is what made a slow function's failing cell slow: a failure found early in a cell of 40 examples was
 followed by hundreds of climbing ones before its shrink (docs/measurements.md).
 
-This reaches into Hypothesis' internals (its `Optimiser`: `run`, and the step that weighs each climbing example).
-Where they are not found nothing is changed, and a failing cell only takes longer."""
+This reaches into Hypothesis' internals (its `Optimiser`: `hill_climb`, and the step that weighs each climbing
+example). Where they are not found nothing is changed, and a failing cell only takes longer."""
 
 from __future__ import annotations
 
@@ -30,34 +30,39 @@ def _cell_failed() -> bool:
     return failed is not None and failed()
 
 
+_installing = threading.Lock()
+
+
 def _install() -> None:
     try:
         from hypothesis.internal.conjecture.optimiser import Optimiser
     except ImportError:
         return
-    # a climb's step: consider_new_data, consider_new_test_data in older Hypothesis
-    step = next((name for name in ("consider_new_data", "consider_new_test_data") if hasattr(Optimiser, name)), None)
-    run = getattr(Optimiser, "run", None)
-    if run is None or step is None or getattr(run, "stops_at_a_failure", False):
-        return
-    consider = getattr(Optimiser, step)
+    with _installing:
+        # a climb's step: consider_new_data, consider_new_test_data in older Hypothesis; only a climb takes one
+        step = next((name for name in ("consider_new_data", "consider_new_test_data") if hasattr(Optimiser, name)),
+                    None)
+        climb = getattr(Optimiser, "hill_climb", None)
+        if climb is None or step is None or getattr(climb, "stops_at_a_failure", False):
+            return
+        consider = getattr(Optimiser, step)
 
-    def run_until_a_failure(self, *args, **kwargs):
-        if _cell_failed():
-            return None
-        try:
-            return run(self, *args, **kwargs)
-        except _StopClimbing:
-            return None
+        def climb_until_a_failure(self, *args, **kwargs):
+            if _cell_failed():
+                return None
+            try:
+                return climb(self, *args, **kwargs)
+            except _StopClimbing:
+                return None
 
-    def consider_until_a_failure(self, *args, **kwargs):
-        if _cell_failed():  # the step's example has run; the next would be another climbing one
-            raise _StopClimbing
-        return consider(self, *args, **kwargs)
+        def consider_until_a_failure(self, *args, **kwargs):
+            if _cell_failed():  # the step's example has run; the next would be another climbing one
+                raise _StopClimbing
+            return consider(self, *args, **kwargs)
 
-    run_until_a_failure.stops_at_a_failure = True
-    Optimiser.run = run_until_a_failure
-    setattr(Optimiser, step, consider_until_a_failure)
+        climb_until_a_failure.stops_at_a_failure = True
+        Optimiser.hill_climb = climb_until_a_failure
+        setattr(Optimiser, step, consider_until_a_failure)
 
 
 @contextmanager
