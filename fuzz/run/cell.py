@@ -32,7 +32,7 @@ from fuzz.run.calls import CallTimedOut, Watcher
 from fuzz.run.interrupted import TIMEOUT, interrupted_cell, timed_out_in_process
 from fuzz.run.plan import CellTask
 from fuzz.run.subjects import snippet_source, watch_subject
-from fuzz.run.targeting import climbing_until_a_failure
+from fuzz.run.targeting import climbing_until
 from reference.case import Case
 from reference.contracts import get_contract
 
@@ -120,9 +120,10 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
                         contract=contract_label(subject))
     started = time.perf_counter()
     failed = second_call_failed = False  # an example failed; one of them only in its second call
+    drawn = 0  # examples Hypothesis drew (the fixed cases are not), failing ones included
 
     def property_holds(data: st.DataObject) -> None:
-        nonlocal failed, second_call_failed
+        nonlocal failed, second_call_failed, drawn
         contract, draw = subject.contract, drawer(data)
         if subject.draws_parameters:  # a built-in fuzzed in every mode: one drawn per example
             menu = contract.parameter_menu
@@ -140,6 +141,8 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
         repeat = not failed or second_call_failed
         verdict = example_check(subject, case, data, repeat)
         result.examples += 1
+        if not isinstance(data, AnchorDraws):
+            drawn += 1
         result.worst = max(result.worst, verdict.worst)  # inf for a NaN or inf value, as its bug's message says
         result.worst_ulps = max(result.worst_ulps, verdict.ulps)
         if verdict.deterministic is not None:
@@ -154,7 +157,8 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
         test = given(st.data())(property_holds)
         for anchor in reversed(anchors):  # Hypothesis runs explicit examples last decorated first
             test = example(AnchorDraws(anchor, subject.contract))(test)
-        with climbing_until_a_failure(lambda: failed):
+        # Hypothesis' climb past the budget once a failure exists (fuzz/run/targeting.py) ends with the budget
+        with climbing_until(lambda: failed and drawn >= max_examples):
             hypothesis_seed(seed)(hypothesis_settings(max_examples, draws=draws)(test))()
 
     try:

@@ -1,36 +1,52 @@
-"""Hypothesis' hill climbing on the cells' `target()` scores (each output's err/tol) ends where the cell has failed.
+"""Hypothesis' hill climbing on the cells' `target()` scores (each output's err/tol), kept within the cell's budget.
 
-Hypothesis climbs once, half-way through the budget, one climb per label, each to a local maximum. The budget
-stops bounding it once a failing example exists (the engine stops counting examples against max_examples then),
-and a climb that reaches a failing example goes on from it. Climbing is a way to find a failure: once the cell
-has one its verdict is made, and what is left to run is Hypothesis' search for other kinds of failure (its
-generation, which ends by its own rules) and the shrink. A cell that never fails is not touched.
+Hypothesis climbs from the best example of each label, each climb to a local maximum: for budgets under 1000
+once, half-way through the budget; from 1000 on, in passes between generation. Until a failing example exists,
+the budget bounds it, as it bounds everything (the engine ends the run at `max_examples` passing examples). Once
+one exists the engine stops counting, and the climb goes on past the budget, from the failing example too: a
+failure found early in a cell of 40 examples was followed by hundreds of climbing ones before its shrink
+(docs/measurements.md), minutes for a slow function. `fuzz_cell` ends the climb where its budget of drawn
+examples is spent, failing ones included; the shrink comes after, as before. A cell that never fails is not
+touched.
 
-That climb is what made a slow function's failing cell slow: a failure found early in a cell of 40 examples was
-followed by hundreds of climbing ones before its shrink (docs/measurements.md).
-
-This reaches into Hypothesis' internals (its `Optimiser`: `hill_climb`, and the step that weighs each climbing
-example). Where they are not found nothing is changed, and a failing cell only takes longer."""
+This reaches into Hypothesis' internals (its `Optimiser`: `run`, `hill_climb`, and `consider_new_data`, the step
+that weighs each climbing example). Where they are not found nothing is changed, and a failing cell only takes
+longer."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 _cell = threading.local()  # the cell this thread runs: Hypothesis runs its engine in the caller's thread
+_installing = threading.Lock()
 
 
 class _StopClimbing(Exception):
-    """Raised out of a climb's step once the cell has failed; caught where the climb starts."""
+    """Raised out of a climb's step once the cell's climb must end; caught where the climb starts."""
 
 
-def _cell_failed() -> bool:
-    failed = getattr(_cell, "failed", None)
-    return failed is not None and failed()
+def _must_stop() -> bool:
+    stop = getattr(_cell, "stop", None)
+    return stop is not None and stop()
 
 
-_installing = threading.Lock()
+def _ending_here(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A climb's entry point that does not start once the climb must end, and ends where a step says so."""
+
+    @functools.wraps(method)
+    def climb(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _must_stop():
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except _StopClimbing:
+            return None
+
+    return climb
 
 
 def _install() -> None:
@@ -39,40 +55,30 @@ def _install() -> None:
     except ImportError:
         return
     with _installing:
-        # a climb's step: consider_new_data, consider_new_test_data in older Hypothesis; only a climb takes one
-        step = next((name for name in ("consider_new_data", "consider_new_test_data") if hasattr(Optimiser, name)),
-                    None)
-        climb = getattr(Optimiser, "hill_climb", None)
-        if climb is None or step is None or getattr(climb, "stops_at_a_failure", False):
+        methods = [getattr(Optimiser, name, None) for name in ("run", "hill_climb", "consider_new_data")]
+        run, hill_climb, step = methods
+        if None in methods or hasattr(step, "__wrapped__"):  # not this Hypothesis, or installed already
             return
-        consider = getattr(Optimiser, step)
 
-        def climb_until_a_failure(self, *args, **kwargs):
-            if _cell_failed():
-                return None
-            try:
-                return climb(self, *args, **kwargs)
-            except _StopClimbing:
-                return None
-
-        def consider_until_a_failure(self, *args, **kwargs):
-            if _cell_failed():  # the step's example has run; the next would be another climbing one
+        @functools.wraps(step)
+        def step_or_stop(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if _must_stop():  # the step's example has run; the next one would be another climbing example
                 raise _StopClimbing
-            return consider(self, *args, **kwargs)
+            return step(self, *args, **kwargs)
 
-        climb_until_a_failure.stops_at_a_failure = True
-        Optimiser.hill_climb = climb_until_a_failure
-        setattr(Optimiser, step, consider_until_a_failure)
+        # the engine calls `run`, which calls `hill_climb`: both catch, so the step's exception never leaves them
+        Optimiser.run, Optimiser.hill_climb = _ending_here(run), _ending_here(hill_climb)
+        Optimiser.consider_new_data = step_or_stop
 
 
 @contextmanager
-def climbing_until_a_failure(failed: Callable[[], bool]) -> Iterator[None]:
-    """Within: Hypothesis' climbs in this thread end as soon as `failed()` (the cell has a failing example).
-    Hypothesis runs elsewhere in the process (other threads, or after this) climb as it always does."""
+def climbing_until(stop: Callable[[], bool]) -> Iterator[None]:
+    """Within: Hypothesis' climbs in this thread end as soon as `stop()`. Hypothesis runs elsewhere in the process
+    (other threads, or after this) climb as they always do."""
     _install()
-    outer = getattr(_cell, "failed", None)
-    _cell.failed = failed
+    outer = getattr(_cell, "stop", None)
+    _cell.stop = stop
     try:
         yield
     finally:
-        _cell.failed = outer
+        _cell.stop = outer
