@@ -255,9 +255,9 @@ def test_a_bugs_heading_never_ends_on_a_line_of_its_own_closing_marks():
     for length in range(20, 120):
         cell = _cell("print('fits')\n", subject="s" * length)
         cell.contract = "magnitude"
-        headings = [line for line in bugs([cell]) if line.startswith("=== FAIL")]
-        assert headings, length
-        assert not [line for line in bugs([cell]) if line.strip() == "==="], length
+        report = bugs([cell])
+        assert [line for line in report if line.startswith("=== FAIL")], length
+        assert not [line for line in report if line.strip() == "==="], length
 
 
 def test_a_snippet_of_large_inputs_goes_to_a_file(tmp_path):
