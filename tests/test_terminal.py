@@ -76,6 +76,8 @@ def test_a_progress_line_gives_up_the_contract_label_before_where_the_cell_ran()
         "split": _progress("jax-jit", "accumulation (every mode)", "bfloat16", "micro-batches R4xG1 gradients"),
         "ranks": _progress("torch-ddp", "accumulation (every mode)", "float16", "DDP ranks R2xG2 gradients"),
         "long name": _progress("z" * 150, "magnitude", "float64", "forward"),
+        "rank built-in": _progress("jax-accumulation", "accumulation (every mode)", "bfloat16",
+                                   "shard_map ranks R1xG2 gradients"),
     }
     assert all(len(line) <= WIDTH for line in lines.values()), lines
     assert "| magnitude | cpu float32 | forward  20 ex, 0.0624, 0.333 ulp, 4.9 s" in lines["plain"]
@@ -83,14 +85,20 @@ def test_a_progress_line_gives_up_the_contract_label_before_where_the_cell_ran()
     assert "jax-jit | cpu bfloat16 | micro-batches R4xG1 gradients  20 ex" in lines["split"]
     assert "torch-ddp | cpu float16 | DDP ranks R2xG2 gradients  20 ex" in lines["ranks"]
     assert "..." in lines["long name"] and "| cpu float64 | forward  20 ex" in lines["long name"]
+    # the longest rows of the built-ins: the ulps give way before the name
+    assert lines["rank built-in"].endswith(
+        " jax-accumulation | cpu bfloat16 | shard_map ranks R1xG2 gradients  20 ex, 0.0624, 4.9 s"), lines
     # a failing rank cell's long numbers leave its name little room: the name's end gives way, never the dtype
     cell = CellResult("/tmp/trial-user/ddp_loss.py:step", "cpu", "float32", "DDP ranks R2xG1 gradients",
                       examples=2, bugs=[Bug("k", ["k"], Case(np.zeros((1, 1)), np.zeros(1), np.ones((1, 1), bool),
                                                              dtype="float32"), "")])
     cell.contract, cell.worst, cell.worst_ulps = "accumulation (token-mean)", 1.2e6, 4.79e6
     line = progress_line(cell.check, cell, "cpu", "float32")
-    assert len(line) <= WIDTH and "...loss.py:step | cpu float32 | DDP ranks R2xG1 gradients  2 ex" in line, line
+    assert len(line) <= WIDTH, line
+    assert "...rial-user/ddp_loss.py:step | cpu float32 | DDP ranks R2xG1 gradients  2 ex, 1.2e+06, " in line, line
     cell.examples, cell.worst, cell.worst_ulps = 0, 0.0, 0.0  # timed out in its first example: no error to show
+    assert progress_line(cell.check, cell, "cpu", "float32").endswith("  0 ex, -, 0.0 s")
+    cell.subject = "f.py:step"  # a line with room for every number shows them all
     assert progress_line(cell.check, cell, "cpu", "float32").endswith("  0 ex, -, - ulp, 0.0 s")
 
 

@@ -52,20 +52,25 @@ def wrap(text: str, indent: str = "", more: str = "    ") -> list[str]:
 def progress_line(row: str, cell: CellResult, device: str, dtype: str) -> str:
     """One cell as it finishes: verdict, where, examples, worst err/tol and ulps, seconds. Where the line would
     be too wide, the contract's label gives way first (its mode and parameters, then its name: the summary's
-    headings have it whole), so the implementation, device, dtype and check show whole wherever they fit; a long
+    headings have it whole), then the ulps (the err/tol stays: it is the verdict's number; the summary has the
+    worst ulp), so the implementation, device, dtype and check show whole wherever they fit; a long
     implementation name keeps its end, where a file target names its function."""
     status = "ok  " if cell.ok else "FAIL"
-    # a cell that ran no example (it timed out, or its worker died at once) has no error to show: not a perfect 0
-    errors = f"{cell.worst:.3g}, {cell.worst_ulps:.3g} ulp" if cell.examples else "-, - ulp"
-    tail = f"  {cell.examples} ex, {errors}, {cell.seconds:.1f} s"
-    room = WIDTH - len(tail) - 7
     labels = (cell.contract, cell.contract.split(" (", 1)[0], None)
     rests = [" | ".join(part for part in (label, f"{device} {dtype}", row) if part is not None) for label in labels]
-    # which label fits is decided as for the widest dtype name and a tail of TAIL_ROOM: a target's lines keep one
-    # label in every dtype, whatever its numbers
+    # what gives way is decided as for the widest dtype name and a tail of TAIL_ROOM: a target's lines keep one
+    # label, and show their ulps or not, in every dtype, whatever their numbers
     widest = len(max(DTYPE_NAMES, key=len)) - len(dtype) if dtype in DTYPE_NAMES else 0
+    # a cell that ran no example (it timed out, or its worker died at once) has no error to show: not a perfect 0
+    worst = f"{cell.worst:.3g}" if cell.examples else "-"
+    ulps = (f"{cell.worst_ulps:.3g}" if cell.examples else "-") + " ulp"
+    tail = f"  {cell.examples} ex, {worst}, {ulps}, {cell.seconds:.1f} s"
     label_room = WIDTH - max(len(tail), TAIL_ROOM) - 7
-    rest = next((rest for rest in rests if len(cell.subject) + 3 + len(rest) + widest <= label_room), rests[-1])
+    rest = next((rest for rest in rests if len(cell.subject) + 3 + len(rest) + widest <= label_room), None)
+    if rest is None:
+        rest = rests[-1]
+        tail = f"  {cell.examples} ex, {worst}, {cell.seconds:.1f} s"
+    room = WIDTH - len(tail) - 7
     subject_room = room - 3 - len(rest)
     subject = cell.subject
     if len(subject) > subject_room >= SUBJECT_TAIL:  # its end names the function: "...loss.py:agg_loss"
