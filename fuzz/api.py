@@ -32,6 +32,7 @@ from fuzz.report.texts import for_terminal
 from fuzz.run.calls import DEFAULT_TIMEOUT, ThreadWatcher
 from fuzz.run.cell import fuzz_task
 from fuzz.run.plan import default_gradient_examples, gradients_checked, no_dtype_held, plan_cells
+from fuzz.run.processes import refuse_while_starting
 from fuzz.run.subjects import (
     FRAMEWORK_CHOICES,
     MASKED_VALUES,
@@ -192,6 +193,7 @@ def check(
     Raises ValueError for bad arguments, fuzz.loader.LoadError when the function or the framework cannot be
     loaded, and RuntimeError for `workers` or `ranks` in a process that may not start processes (a daemon: a
     multiprocessing.Pool worker)."""
+    refuse_while_starting()
     if not (isinstance(fn, str) or callable(fn)):
         raise TypeError(f"fn must be a function or a 'module:function' string, got {type(fn).__name__}")
     if framework not in FRAMEWORK_CHOICES:

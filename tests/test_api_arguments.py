@@ -106,6 +106,28 @@ def test_a_script_without_a_main_guard_is_told_so_instead_of_failing_its_functio
     assert 'if __name__ == "__main__":' in last and "before it started" in last, result.stderr[-3000:]
 
 
+@pytest.mark.parametrize(("source", "call"), [
+    ("", f'check({GOOD!r}, framework="numpy", dtypes=["float32"], max_examples=2, workers=1)'),
+    (RANK_FORM, 'check(losses.chunk_loss, framework="torch", reduction="token-mean", accumulation=True, ranks=True, '
+                'dtypes=["float32"], max_examples=2)'),
+], ids=["workers", "ranks"])
+def test_an_unguarded_script_is_not_run_again_in_the_processes_it_starts(tmp_path, source, call):
+    """A script whose module level runs an in-process check before one that starts processes: each new process
+    imports the script, and its first check() is refused there at once instead of running that check again."""
+    (tmp_path / "losses.py").write_text(source)
+    script = tmp_path / "trainer_test.py"
+    script.write_text(f"from fuzz import check\nimport losses\n\n"
+                      f"check({GOOD!r}, framework='numpy', dtypes=['float32'], max_examples=2)\n"
+                      f"print('first check done', flush=True)\nreport = {call}\nprint('verdict', report.ok)\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                            cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 1 and "verdict" not in result.stdout, result.stdout + result.stderr
+    assert result.stdout.count("first check done") == 1, result.stdout + result.stderr[-3000:]
+    assert "check() was called while this process was starting" in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert 'if __name__ == "__main__":' in last and "before it started" in last, result.stderr[-3000:]
+
+
 def _torch_rank_form(token_losses, token_mask, *, step_masks, group, accumulation_steps):
     raise AssertionError("never called: the call shape is refused first")
 

@@ -77,6 +77,29 @@ def test_a_rank_that_raises_while_the_others_wait_for_it_fails_at_once_as_it_rai
     assert time.perf_counter() - started < 45  # not the 60 s deadline
 
 
+@pytest.mark.parametrize(("framework", "engine", "target", "starts"), [
+    ("torch", "ddp", None, 2),  # the ranks' one retry, on a new port
+    ("jax", "jax-accumulation", "impls.jax_jit_accumulation:chunk_loss_on_shards", 1),
+])
+def test_processes_that_do_not_start_end_the_cell_at_once_as_the_harnesss_failure(tmp_path, monkeypatch, framework,
+                                                                                    engine, target, starts):
+    """Rank processes that cannot start (here: a time limit too short for any start) are the harness's failure,
+    raised as a RuntimeError that says why: Hypothesis does not shrink it, which would start them again for every
+    example it tries, each start with its own time limit."""
+    from fuzz.engines import jax_worker, torch_ranks
+
+    module, cls = (torch_ranks, torch_ranks.RankPool) if framework == "torch" else (jax_worker, jax_worker.JaxWorker)
+    started = []
+    receive = cls._start if framework == "torch" else cls._receive
+    monkeypatch.setattr(cls, receive.__name__, lambda self, *args: (started.append(args), receive(self, *args))[1])
+    monkeypatch.setattr(module, "START_TIMEOUT_S", 0.001)
+    torch_ranks.close_pools()
+    jax_worker.close_worker()
+    with pytest.raises(RuntimeError, match=r"did not start: .*did not start within 0.001 s: .* at module level"):
+        rank_cell(target or _rank_bug(tmp_path, "pass"), framework, engine)
+    assert len(started) == starts, started
+
+
 @pytest.mark.parametrize(("framework", "engine", "form"), [
     ("torch", "ddp", "impls.torch_eager_accumulation import chunk_loss_on_ranks as chunk_loss"),
     ("jax", "jax-accumulation", "impls.jax_jit_accumulation import chunk_loss_on_shards as chunk_loss"),

@@ -33,6 +33,7 @@ from fuzz.run.calls import CallTimedOut, Watcher
 from fuzz.run.cell import fuzz_cell
 from fuzz.run.interrupted import TIMEOUT, interrupted_cell, timed_out_in_process
 from fuzz.run.plan import CellTask
+from fuzz.run.processes import DidNotStart
 from fuzz.run.subjects import SubjectSpec, available_adapter, build_subject, snippet_source, watch_subject
 from reference.case import Case
 from reference.exact import exact_results
@@ -162,3 +163,5 @@ def run_sharded_cell(task: CellTask, watcher: Watcher | None = None, subject: Su
     except CallTimedOut as stopped:
         return interrupted_cell(snippet_source(subject), task, stopped.call, timed_out_in_process(stopped),
                                 TIMEOUT, seconds=time.perf_counter() - started, contract=subject.contract.label)
+    except DidNotStart as error:  # the harness's failure: an Exception again, past Hypothesis
+        raise RuntimeError(str(error)) from error.__cause__

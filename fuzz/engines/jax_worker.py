@@ -30,7 +30,7 @@ from fuzz.engines.registry import Engine
 from fuzz.engines.split import Split
 from fuzz.engines.torch_ranks import START_TIMEOUT_S, RankFailure, rank_timeout
 from fuzz.judge.verdict import Verdict
-from fuzz.run.processes import died_at_start
+from fuzz.run.processes import MAIN_GUARD, DidNotStart, died_at_start
 from reference.case import Case
 
 DEVICES = 4  # the largest mesh has 4 devices
@@ -166,10 +166,10 @@ class JaxWorker:
         try:  # a failure here is the harness's (no user code has run yet)
             reply = self._receive(START_TIMEOUT_S, "start")
         except RankFailure as error:
-            raise RuntimeError(f"the JAX mesh worker did not start: {error}") from error
+            raise DidNotStart(f"the JAX mesh worker did not start: {error}") from error
         if reply != "ready":
             self.close()
-            raise RuntimeError(f"the JAX mesh worker did not start: {reply}")
+            raise DidNotStart(f"the JAX mesh worker did not start: {reply}")
 
     def _receive(self, timeout: float, doing: str) -> Any:
         deadline = time.monotonic() + timeout
@@ -186,6 +186,11 @@ class JaxWorker:
             self._fail(f"the JAX mesh worker died during {doing} (exit code {self.process.exitcode}: os._exit, "
                        "a crash or a kill)")
         del deadline
+        if doing == "start":
+            self._fail(f"the JAX mesh worker did not start within {timeout:g} s: it imports JAX, the function's "
+                       "module and the script that called check() (multiprocessing imports it in every new process), "
+                       "so whatever that script does at module level runs again there: if it does more than define "
+                       f"functions, {MAIN_GUARD}")
         self._fail(f"the JAX mesh worker did not answer within {timeout:g} s during {doing}: it hangs "
                    "(a sleep, a deadlock or a callback that never returns)")
 

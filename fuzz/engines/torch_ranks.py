@@ -40,7 +40,7 @@ from fuzz.engines.freshness import IMPORTED, ImportedFiles
 from fuzz.engines.registry import Engine
 from fuzz.engines.split import MESHES, Split
 from fuzz.judge.verdict import Verdict
-from fuzz.run.processes import died_at_start, fork_server_context
+from fuzz.run.processes import MAIN_GUARD, DidNotStart, died_at_start, fork_server_context
 from reference.case import Case
 
 DEFAULT_TIMEOUT_S = 60.0  # per example; a correct example takes milliseconds, a cold start seconds
@@ -210,8 +210,8 @@ class RankPool:
     """`world` rank processes on one device type, ready for jobs; `run` sends one job to each rank."""
 
     def __init__(self, world: int, device: str = "cpu") -> None:
-        """Start the ranks. A failure here is the harness's (no user code has run yet): RuntimeError, after
-        one retry on a new port (another process may take the free port between its choice and its use)."""
+        """Start the ranks. A failure here is the harness's (no user code has run yet): DidNotStart, after one
+        retry on a new port (another process may take the free port between its choice and its use)."""
         self.world, self.device = world, device
         self.broken: str | None = None
         self.imported = ImportedFiles()  # the user's files the ranks imported (fuzz/engines/freshness.py)
@@ -221,7 +221,7 @@ class RankPool:
                 return
             except RankFailure as error:
                 if attempt:
-                    raise RuntimeError(f"torch.distributed ranks did not start: {error}") from error
+                    raise DidNotStart(f"torch.distributed ranks did not start: {error}") from error
 
     def _start(self) -> None:
         self.broken = None
@@ -239,7 +239,7 @@ class RankPool:
         replies = self._gather(START_TIMEOUT_S, STARTING, None)
         if any(reply != "ready" for reply in replies):
             self.close()
-            raise RuntimeError(f"torch.distributed ranks did not start: {replies}")
+            raise DidNotStart(f"torch.distributed ranks did not start: {replies}")
 
     def _gather(self, timeout: float, doing: str, describe: Any) -> list[Any]:
         """Each rank's reply, waiting on the pipes and the processes together so that a death shows at once."""
@@ -277,6 +277,11 @@ class RankPool:
                 self._fail_after(failed, replies[failed], waiting, describe, grace)
             if not ready and time.monotonic() >= deadline:
                 silent = ", ".join(describe(r) if describe else f"rank {r}" for r in waiting)
+                if doing == STARTING:
+                    self._fail(f"{silent} did not start within {timeout:g} s: each rank imports torch, the "
+                               "function's module and the script that called check() (multiprocessing imports it "
+                               "in every new process), so whatever that script does at module level runs again in "
+                               f"each rank: if it does more than define functions, {MAIN_GUARD}")
                 # What the ranks that did answer said: often the cause (one rank raised, the others wait
                 # for it in a collective).
                 said = "; ".join(f"{describe(r) if describe else f'rank {r}'}: {failure}"

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from fuzz.judge.verdict import StopsTheCell
+
 
 def start_fork_server(preload: Sequence[str]) -> tuple[Any, bool]:
     """A multiprocessing context whose children fork from the fork server, told to import `preload` (module
@@ -33,14 +35,36 @@ def start_fork_server(preload: Sequence[str]) -> tuple[Any, bool]:
     return context, not running
 
 
+class DidNotStart(StopsTheCell):
+    """The suite's own processes for an example (a pool of torch ranks, the JAX mesh worker) did not start: the
+    harness's failure, never the function's. A BaseException, like a call's time limit, so that Hypothesis ends
+    the cell at once rather than shrink it, which would start them again for every example it tries, each start
+    with its own time limit; the cell's runner raises it on as a RuntimeError (fuzz/engines/cell.py)."""
+
+
+MAIN_GUARD = "put the call under `if __name__ == \"__main__\":`"
+
+
+def refuse_while_starting() -> None:
+    """Raise RuntimeError in a process that multiprocessing is still starting: a fork server's child or a spawned
+    one imports the script that started it before it runs its target, so a script that calls `check()` at module
+    level would run that whole check again in every worker and rank the first one starts (and only fail, minutes
+    later, where that second check starts processes of its own). Refused at once, the child dies at start and its
+    parent says why (`died_at_start`). `_inheriting` is multiprocessing's own flag for that phase, the one its
+    "bootstrapping phase" error reads."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError("check() was called while this process was starting: multiprocessing imports the script "
+                           "that started the suite's workers or ranks in each of them, and that script calls check() "
+                           f"at module level: {MAIN_GUARD}")
+
+
 def died_at_start(process: str, exitcode: int | None) -> str:
-    """Why a child that never said it was ready died: most often, the script that started it runs `check()` at
-    import, so multiprocessing (the fork server, or spawn), which imports that script in each new process, runs it
-    again there, and that second call fails as it tries to start processes of its own."""
+    """Why a child that never said it was ready died: most often, the script that started it calls `check()` at
+    module level, and multiprocessing (the fork server, or spawn), which imports that script in each new process,
+    calls it again there, which `refuse_while_starting` refuses."""
     return (f"{process} exited with status {exitcode} before it started (its own error is printed above, on "
-            "stderr). If a script calls fuzz.check(..., workers=N) or fuzz.check(..., ranks=True) at module level, "
-            "each process the suite starts imports that script as it starts, runs that call again and fails: put "
-            "the call under `if __name__ == \"__main__\":`")
+            "stderr). If the script that calls fuzz.check(...) does so at module level, each process the suite "
+            f"starts imports that script as it starts and calls check() again, which is refused: {MAIN_GUARD}")
 
 
 def fork_server_context(preload: Sequence[str]) -> Any:
