@@ -90,42 +90,42 @@ def chunk_loss(token_losses, token_mask, *, step_masks, group, accumulation_step
 """
 
 
-@pytest.mark.parametrize(("source", "call"), [
+# A call that starts processes (each of which imports the calling script), and the module its function is in.
+PROCESS_CALLS = pytest.mark.parametrize(("source", "call"), [
     ("", f'check({GOOD!r}, framework="numpy", dtypes=["float32"], max_examples=2, workers=1)'),
     (RANK_FORM, 'check(losses.chunk_loss, framework="torch", reduction="token-mean", accumulation=True, ranks=True, '
                 'dtypes=["float32"], max_examples=2)'),
 ], ids=["workers", "ranks"])
-def test_a_script_without_a_main_guard_is_told_so_instead_of_failing_its_function(tmp_path, source, call):
-    (tmp_path / "losses.py").write_text(source)  # ranks import the function from its module
+
+
+def _run_unguarded(tmp_path: Path, source: str, module_level: str) -> subprocess.CompletedProcess:
+    """A script whose module level is `module_level`, with no main guard, run as a fresh Python process; its
+    function's module `losses.py` holds `source` (ranks import the function from its module)."""
+    (tmp_path / "losses.py").write_text(source)
     script = tmp_path / "trainer_test.py"
-    script.write_text(f"from fuzz import check\nimport losses\n\nreport = {call}\nprint('verdict', report.ok)\n")
+    script.write_text(f"from fuzz import check\nimport losses\n\n{module_level}")
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                             cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 1 and "verdict" not in result.stdout, result.stdout + result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert 'if __name__ == "__main__":' in last and "before it started" in last, result.stderr[-3000:]
+    return result
 
 
-@pytest.mark.parametrize(("source", "call"), [
-    ("", f'check({GOOD!r}, framework="numpy", dtypes=["float32"], max_examples=2, workers=1)'),
-    (RANK_FORM, 'check(losses.chunk_loss, framework="torch", reduction="token-mean", accumulation=True, ranks=True, '
-                'dtypes=["float32"], max_examples=2)'),
-], ids=["workers", "ranks"])
+@PROCESS_CALLS
+def test_a_script_without_a_main_guard_is_told_so_instead_of_failing_its_function(tmp_path, source, call):
+    _run_unguarded(tmp_path, source, f"report = {call}\nprint('verdict', report.ok)\n")
+
+
+@PROCESS_CALLS
 def test_an_unguarded_script_is_not_run_again_in_the_processes_it_starts(tmp_path, source, call):
     """A script whose module level runs an in-process check before one that starts processes: each new process
     imports the script, and its first check() is refused there at once instead of running that check again."""
-    (tmp_path / "losses.py").write_text(source)
-    script = tmp_path / "trainer_test.py"
-    script.write_text(f"from fuzz import check\nimport losses\n\n"
-                      f"check({GOOD!r}, framework='numpy', dtypes=['float32'], max_examples=2)\n"
-                      f"print('first check done', flush=True)\nreport = {call}\nprint('verdict', report.ok)\n")
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                            cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    assert result.returncode == 1 and "verdict" not in result.stdout, result.stdout + result.stderr
+    first = f"check({GOOD!r}, framework='numpy', dtypes=['float32'], max_examples=2)\n"
+    result = _run_unguarded(tmp_path, source, f"{first}print('first check done', flush=True)\nreport = {call}\n"
+                            "print('verdict', report.ok)\n")
     assert result.stdout.count("first check done") == 1, result.stdout + result.stderr[-3000:]
     assert "check() was called while this process was starting" in result.stderr, result.stderr[-3000:]
-    last = result.stderr.strip().splitlines()[-1]
-    assert 'if __name__ == "__main__":' in last and "before it started" in last, result.stderr[-3000:]
 
 
 def _torch_rank_form(token_losses, token_mask, *, step_masks, group, accumulation_steps):
