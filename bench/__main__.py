@@ -37,6 +37,7 @@ PYTEST_SETTINGS = ["-p", "no:cacheprovider", "-ra",
                    "-W", "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
                    # a row refused before timing (a --target that is wrong) says so itself
                    "-W", "ignore:Benchmark fixture was not used"]
+INTERRUPTED = 130  # Ctrl-C, as a shell reports a process that SIGINT ended (as `python -m fuzz` exits)
 # pytest.ExitCode.NO_TESTS_COLLECTED, without importing pytest into this process.
 NO_TESTS_COLLECTED = 5
 
@@ -182,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     yours.add_argument("--masked-values", choices=("any", "finite"),
                        help="finite: TARGET's padding is finite by construction, as `check --masked-values finite` "
                        "declares (the timed inputs then hold no -inf at masked-out positions); default: any")
+    yours.add_argument("--timeout", type=float, metavar="SECONDS",
+                       help="time limit of TARGET's first call (a compile included), made as `check` makes it before "
+                       "anything is timed: a call that overruns fails its row (default 120)")
     parser.add_argument("--cpus", type=parse_cpus,
                         help="comma-separated CPU ids or ranges to pin the run to (e.g. 0): every framework then "
                         "sizes its threads to them; steadier numbers on a shared machine")
@@ -216,6 +220,7 @@ def pytest_command(args: argparse.Namespace, out: Path, storage: Path) -> list[s
         command += [f"--bench-rows={args.rows}"] if args.rows else []
         command += [f"--bench-l-max={args.l_max!r}"] if args.l_max is not None else []
         command += [f"--bench-masked-values={args.masked_values}"] if args.masked_values else []
+        command += [f"--bench-timeout={args.timeout!r}"] if args.timeout is not None else []
     return command + list(args.pytest_args)
 
 
@@ -223,12 +228,14 @@ def user_target_error(args: argparse.Namespace) -> str | None:
     """Why `--target` and the options that go with it do not make a run, or None: checked before the run, with
     the function loaded (its framework imported) as `check` loads it."""
     if not args.target:
-        for option in ("framework", "rows", "l_max", "masked_values"):
+        for option in ("framework", "rows", "l_max", "masked_values", "timeout"):
             if getattr(args, option) is not None:
                 return f"argument --{option.replace('_', '-')}: it says how --target runs: it needs --target"
         return None
     if not args.framework:
         return f"argument --target: it needs --framework (how the function runs: {', '.join(_framework_choices())})"
+    if args.timeout is not None and not 0 < args.timeout < float("inf"):
+        return f"argument --timeout: must be a positive number of seconds, got {args.timeout:g}"
     from bench.plan import UserTarget
 
     try:
@@ -337,5 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
+def entry_point() -> int:
+    """`main`, with Ctrl-C an exit status: pytest, in this process group, is interrupted too (and `subprocess.run`
+    kills it if not)."""
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print("python -m bench: interrupted: nothing timed is reported", file=sys.stderr)
+        return INTERRUPTED
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry_point())

@@ -30,6 +30,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--bench-l-max", type=float, default=None, help="L_max for --bench-target, as check's --l-max")
     group.addoption("--bench-masked-values", default="any", choices=("any", "finite"),
                     help="finite: --bench-target's inputs hold no -inf at masked-out positions")
+    group.addoption("--bench-timeout", type=float, default=None, metavar="SECONDS",
+                    help="time limit of --bench-target's first call (a compile included), made as `check` makes "
+                    "it before anything is timed (default: check's)")
     group.addoption("--bench-warmup", type=int, default=3, help="untimed calls before timing (at least)")
     group.addoption("--bench-paired-rounds", type=int, default=15,
                     help="rounds of the floor kernels' and an implementation's calls in alternation (at least)")
@@ -81,6 +84,14 @@ def user(request: pytest.FixtureRequest) -> UserTarget | None:
 @pytest.fixture(scope="session")
 def reduction_mode(request: pytest.FixtureRequest) -> str | None:
     return request.config.getoption("--bench-reduction")
+
+
+@pytest.fixture(scope="session")
+def call_timeout(request: pytest.FixtureRequest) -> float | None:
+    """--bench-timeout, or None for `check`'s default (read where a user's row runs: the built-ins' rows need no
+    fuzz package)."""
+    given = request.config.getoption("--bench-timeout")
+    return None if given is None else float(given)
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,8 @@ MAX_WARMUP_CALLS = 10
 
 
 def test_throughput(benchmark, target_id: str, warmup_calls: int,  # type: ignore[no-untyped-def]
-                    reduction_mode: str | None, pairing: tuple[int, float], user: UserTarget | None) -> None:
+                    reduction_mode: str | None, pairing: tuple[int, float], user: UserTarget | None,
+                    call_timeout: float | None) -> None:
     target = Target.from_id(target_id)
     benchmark.group = target.group
     # its declared parameters bound (a mode); beside a user's function, the ones it declared: one group of rows
@@ -39,8 +40,11 @@ def test_throughput(benchmark, target_id: str, warmup_calls: int,  # type: ignor
         run_floor(benchmark, target, contract)
     elif target.subject == USER_ROW:
         assert user is not None
+        from fuzz.run.calls import DEFAULT_TIMEOUT
+
         row = user_row(user.target, user.framework, user.contract, dict(user.parameters), user.masked_values)
-        run_implementation(benchmark, target, warmup_calls, row, pairing, CONTRACT, user.masked_values)
+        run_implementation(benchmark, target, warmup_calls, row, pairing, CONTRACT, user.masked_values,
+                           DEFAULT_TIMEOUT if call_timeout is None else call_timeout)
     else:
         impl = get_implementation(target.subject, target.contract)
         run_implementation(benchmark, target, warmup_calls, impl.bind(**contract.bound) if contract.bound else impl,
@@ -48,13 +52,20 @@ def test_throughput(benchmark, target_id: str, warmup_calls: int,  # type: ignor
 
 
 def run_implementation(benchmark, target: Target, warmup_calls: int, impl,  # type: ignore[no-untyped-def]
-                       pairing: tuple[int, float], precision: Precision, masked_values: str = "any") -> None:
-    """A built-in (held to its strict promise) or the user's function (to the contract) as `precision` says."""
+                       pairing: tuple[int, float], precision: Precision, masked_values: str = "any",
+                       first_call_timeout: float | None = None) -> None:
+    """A built-in (held to its strict promise) or the user's function (to the contract) as `precision` says. The
+    user's function (`first_call_timeout` given) is first called as `check` calls it, with that time limit: what it
+    returns, raises or overruns is said, and the row is not timed."""
     case = make_case(impl.contract, target.size.batch, target.size.tokens, target.dtype, masked_values)
     case = case.with_(device=target.device)
     # The framework settings the case needs (JAX's x64 for float64; dynamo's recompile policy while
     # compiling), entered once for the whole row: nothing per call is added to the timed region.
     with impl.adapter.scope(case, compiled=impl.compiled):
+        if first_call_timeout is not None and (failures := impl.first_call_failures(case, precision,
+                                                                                     first_call_timeout)):
+            pytest.fail(f"{impl.name} fails its check in {target.dtype} on {target.device}: {'; '.join(failures)}; "
+                        "not timed (`python -m fuzz check` shows why)", pytrace=False)
         _time_implementation(benchmark, target, warmup_calls, impl, case, pairing, precision)
 
 

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from impls.frameworks import Framework, check_modes, load_framework
+from reference.case import Case
 from reference.contract import Contract
+from reference.tolerance import Precision
 
 # The subject of a user's row in bench/plan.py's Target (one run times at most one user function): no built-in
 # has this name, and the row's id stays readable ("reduction-cpu-float32-large-target").
@@ -21,19 +23,37 @@ USER_ROW = "target"
 @dataclass(frozen=True)
 class UserRow:
     """What the timing needs of the user's function: its call on the contract's inputs, its adapter, its bound
-    contract and its compiled-graph counter."""
+    contract and its compiled-graph counter; and its first call checked as `check` checks a call."""
 
     name: str  # as the table shows it: "my_loss.py:agg_loss (torch-compile)"
     adapter: Framework
     function: Callable[..., Any]
     contract: Contract
     compiled: bool
+    subject: Any  # fuzz.judge.subject.Subject: the function as the fuzzer runs it
 
     def __call__(self, *arrays: Any) -> Any:
         return self.function(*arrays)
 
     def compile_counter(self) -> Callable[[], int]:
         return self.adapter.compile_counter(self.function)
+
+    def first_call_failures(self, case: Case, precision: Precision, timeout: float) -> list[str]:
+        """What is wrong with the function's answer on the row's case, as `check` says it (what it returns, its
+        dtype, device and shape, what it raised, its value), from a call that overruns `timeout` seconds (a compile
+        included) interrupted: a function that raises, hangs or returns no array is told so, never timed, and never
+        the benchmark's own crash or hang."""
+        from fuzz.judge.forward import check_forward
+        from fuzz.run.calls import CallTimedOut, ThreadWatcher
+        from fuzz.run.subjects import watch_subject
+
+        with ThreadWatcher(timeout) as watcher:
+            watched = watch_subject(self.subject, watcher)
+            try:
+                verdict = check_forward(watched.function, watched.adapter, case, precision)
+            except CallTimedOut as stopped:
+                return [f"{stopped}" + ("" if stopped.stopped else " (it could not be stopped, and still runs)")]
+        return [str(failure) for failure in verdict.failures]
 
 
 def row_name(target: str, framework: str) -> str:
@@ -58,4 +78,4 @@ def user_row(target: str, framework: str, contract: str, parameters: dict[str, A
     subject = build_subject(SubjectSpec.of(target, framework, contract=contract, parameters=parameters,
                                            masked_values=masked_values))
     return UserRow(row_name(target, framework), subject.adapter, subject.function, subject.contract,
-                   subject.compiled)
+                   subject.compiled, subject)

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -245,6 +246,8 @@ def test_an_unwritable_bench_report_is_refused_before_the_run(tmp_path, option):
 
 
 YOURS = """
+import time
+
 import numpy as np
 
 
@@ -260,6 +263,23 @@ def by_width(token_losses, token_mask):
 def multiplied(token_losses, token_mask):  # right only where masked-out positions are finite
     return np.asarray((token_losses * token_mask).sum(dtype=np.float64) / max(int(token_mask.sum()), 1),
                       dtype=np.float32)
+
+
+def returns_none(token_losses, token_mask):
+    return None
+
+
+def returns_shape_1(token_losses, token_mask):
+    return token_mean(token_losses, token_mask).reshape(1)
+
+
+def raises(token_losses, token_mask):
+    raise ValueError("my loss is broken")
+
+
+def hangs(token_losses, token_mask):
+    open("called", "w").close()  # the moment to interrupt a run
+    time.sleep(3600)
 
 
 def tunix(token_losses, token_mask):  # tunix's sequence-mean-token-mean: D counts the rows with a token
@@ -289,8 +309,43 @@ def test_a_wrong_user_function_is_not_timed(tmp_path: Path) -> None:
     result = run_bench(*TINY, "--target", "mine.py:by_width", "--framework", "numpy", "--reduction", "token-mean",
                        "--no-save", cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "mine.py:by_width (numpy) is wrong in float32 on cpu" in result.stdout and "not timed" in result.stdout
+    assert "mine.py:by_width (numpy) fails its check in float32 on cpu: loss = " in result.stdout, result.stdout
+    assert "not timed" in result.stdout
     assert "Traceback" not in result.stdout and "some rows failed and are not in the table" in result.stderr
+
+
+@pytest.mark.parametrize(("function", "message"), [
+    ("returns_none", "loss is a NoneType, not a numpy.ndarray"),
+    ("returns_shape_1", "loss has shape (1,), expected ()"),
+    ("raises", "raised ValueError: my loss is broken"),
+    ("hangs", "a call did not return within 2 s"),
+])
+def test_a_user_function_that_fails_its_first_call_is_told_so_and_not_timed(tmp_path: Path, function: str,
+                                                                            message: str) -> None:
+    """Its first call is made as `check` makes it, with `--timeout`: what it returns, raises or overruns is said as
+    `check` says it, never the benchmark's own traceback or hang."""
+    (tmp_path / "mine.py").write_text(YOURS)
+    result = run_bench(*TINY, "--target", f"mine.py:{function}", "--framework", "numpy", "--reduction", "token-mean",
+                       "--timeout", "2", "--no-save", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"mine.py:{function} (numpy) fails its check in float32 on cpu: {message}" in result.stdout, result.stdout
+    assert "not timed" in result.stdout and "Traceback" not in result.stdout + result.stderr
+
+
+def test_ctrl_c_ends_a_run_with_status_130_and_no_traceback(tmp_path: Path) -> None:
+    (tmp_path / "mine.py").write_text(YOURS)
+    wrapper = "import runpy, sys\nsys.argv = ['bench', *sys.argv[1:]]\nrunpy.run_module('bench', run_name='__main__')\n"
+    run = subprocess.Popen([sys.executable, "-c", wrapper, *TINY, "--target", "mine.py:hangs", "--framework", "numpy",
+                            "--reduction", "token-mean", "--no-save"], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                           start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "called").exists() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(run.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the whole foreground process group
+    stdout, stderr = run.communicate(timeout=120)
+    assert run.returncode == 130, stdout + stderr
+    assert "python -m bench: interrupted" in stderr and "Traceback" not in stderr, stderr
 
 
 @pytest.mark.parametrize(("function", "declared", "parameters"), [
@@ -312,18 +367,29 @@ def test_a_user_function_is_declared_as_check_declares_it(tmp_path: Path, functi
 @pytest.mark.parametrize(("args", "message"), [
     (("--target", "mine.py:token_mean", "--reduction", "token-mean"), "argument --target: it needs --framework"),
     (("--rows", "all"), "argument --rows: it says how --target runs: it needs --target"),
+    (("--timeout", "5"), "argument --timeout: it says how --target runs: it needs --target"),
+    (("--target", "mine.py:token_mean", "--framework", "numpy", "--reduction", "token-mean", "--timeout", "0"),
+     "argument --timeout: must be a positive number of seconds, got 0"),
     (("--target", "mine.py:nope", "--framework", "numpy", "--reduction", "token-mean"),
-     "mine.py has no attribute 'nope' (it defines by_width, multiplied, token_mean, tunix)"),
+     "mine.py has no attribute 'nope' (it defines by_width, hangs, multiplied, raises, returns_none, "
+     "returns_shape_1, token_mean, tunix)"),
     (("--target", "mine.py:token_mean", "--framework", "numpy"), "cannot be called as the magnitude contract calls"),
     (("--target", "mine.py:token_mean", "--framework", "numpy", "--rows", "all"),
      "--rows is a parameter of the loss reduction: it needs --reduction too"),
     (("--target", "mine.py:token_mean", "--framework", "numpy", "--reduction", "token-mean", "--contracts",
       "magnitude"), "argument --contracts: --target is timed beside the built-ins of its own contract, reduction"),
-], ids=["no framework", "rows without target", "no such function", "another contract's call", "rows without reduction",
-                         "another contract"])
+], ids=["no framework", "rows without target", "timeout without target", "no time", "no such function",
+         "another contract's call", "rows without reduction", "another contract"])
 def test_a_user_function_that_cannot_run_is_refused_before_the_run(tmp_path: Path, args: tuple[str, ...],
                                                                    message: str) -> None:
     (tmp_path / "mine.py").write_text(YOURS)
     result = run_bench(*args, cwd=tmp_path)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["mine.py"]
+
+
+def test_the_timeout_help_gives_checks_default() -> None:
+    from bench.__main__ import build_parser
+    from fuzz.run.calls import DEFAULT_TIMEOUT
+
+    assert f"(default {DEFAULT_TIMEOUT:g})" in " ".join(build_parser().format_help().split())
