@@ -231,6 +231,41 @@ def test_a_nan_float16_gradient_from_an_epsilon_guard_names_the_epsilon_too():
     assert "epsilon" not in _non_finite("d token_losses", nan, None, np.array([[True]]), "float16", {})[1]
 
 
+def test_a_nan_gradient_of_an_unguarded_division_is_not_read_as_a_guarded_one():
+    """`(losses * mask).sum() / mask.sum()` on an all-masked batch: its loss is NaN too, so no guard kept the NaN out
+    of the forward; the gradient's hint says that, not "guarded by a where"."""
+    from fuzz import check
+
+    pytest.importorskip("torch")
+
+    def unguarded(token_losses, token_mask):
+        mask = token_mask.to(token_losses.dtype)
+        return (token_losses * mask).sum() / mask.sum()
+
+    report = check(unguarded, framework="torch", reduction="token-mean", dtypes=["float32"], gradients=True,
+                   masked_values="finite", max_examples=40, seed=0)
+    messages = [failure.message for failure in report.failures if "d token_losses is not finite" in failure.message]
+    assert messages, [failure.message for failure in report.failures]
+    assert all("the outputs are not finite here either" in message and "left unguarded?" in message
+               and "guarded by a where" not in message for message in messages), messages
+
+
+def test_a_float64_gradient_off_by_float32_rounding_is_named_so():
+    from fuzz import check
+
+    torch = pytest.importorskip("torch")
+
+    def sums_in_float32(token_losses, token_mask):
+        selected = torch.where(token_mask, token_losses, 0).float()
+        return (selected.sum() / token_mask.sum().clamp(min=1)).double()
+
+    report = check(sums_in_float32, framework="torch", reduction="token-mean", dtypes=["float64"], gradients=True,
+                   max_examples=40, seed=0)
+    gradients = [failure.message for failure in report.failures if failure.message.startswith("d token_losses")]
+    assert gradients and all("computed in float32 inside float64 code?" in message for message in gradients), (
+        [failure.message for failure in report.failures])
+
+
 def test_a_hint_on_the_case_is_said_once_in_a_verdict_and_referred_to_after():
     """-inf at masked positions multiplied by the mask makes every output non-finite: the hint (what in the case
     does it) is said for the first, and the others point to it, in the terminal and in the snippet's comments."""

@@ -74,6 +74,9 @@ def empty_selection(mask: np.ndarray) -> str | None:
 EMPTY_ROW = "a row selects no token"
 
 
+FLOAT32_INSIDE_FLOAT64 = "within float32's error bound: computed in float32 inside float64 code?"
+
+
 def _float32_hint(case: Case, key: str, value: np.ndarray, want: np.ndarray, precision: Precision) -> str | None:
     """A float64 output off by what float32 arithmetic would give: within twice float32's bound for the same
     exact values (rounding the float64 inputs to float32 adds at most one more term of that bound)."""
@@ -82,7 +85,7 @@ def _float32_hint(case: Case, key: str, value: np.ndarray, want: np.ndarray, pre
     bound = case.contract.tolerance(exact_results(case), "float32", precision)[key]
     if np.max(error_ratio(value, want, bound), initial=0.0) > 2:
         return None
-    return "within float32's error bound: computed in float32 inside float64 code?"
+    return FLOAT32_INSIDE_FLOAT64
 
 
 def compare_values(got: ReadBack, case: Case, precision: Precision) -> Verdict:

@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from fuzz.judge.draws import draw_cotangents
-from fuzz.judge.forward import empty_selection, said_once
+from fuzz.judge.forward import FLOAT32_INSIDE_FLOAT64, empty_selection, said_once
 from fuzz.judge.outputs import GRADIENT_STRUCTURE, check_gradient_arrays, modified_inputs
 from fuzz.judge.verdict import Verdict, call_safely, named_by_forward_alone, out_of_tolerance, same_bits
 from reference.case import Case
@@ -31,23 +31,49 @@ GRADIENT_MASKED = "gradient not 0 at masked positions"
 
 
 def _non_finite(name: str, values: np.ndarray, overflow: str | None, mask: np.ndarray,
-                dtype: str, hinted: dict[str, str]) -> tuple[str, str]:
+                dtype: str, hinted: dict[str, str], forward_finite: bool | None = None) -> tuple[str, str]:
     """The kind and message of a non-finite gradient: an overflow of the dtype, or a bug (with what in the case
     makes the usual ones non-finite: a count of 0 divided by, under a where that keeps its inf or NaN out of
     the loss but not out of the backward; where 1 / 1e-8 exceeds the dtype's range (float16), a count of 0
-    plus an epsilon, whose reciprocal overflows on its way back to the inputs and meets the mask's 0). A hint
-    already said for another input is referred to (`said_once`)."""
+    plus an epsilon, whose reciprocal overflows on its way back to the inputs and meets the mask's 0). Where the
+    forward pass's outputs are not finite either (`forward_finite` False), no guard kept them out: the hint
+    says so instead. A hint already said for another input is referred to (`said_once`)."""
     bad = np.argwhere(~np.isfinite(values))[0].tolist()
     seen = f"{name}{bad} = {float(values[tuple(bad)])!r}"
     if overflow is not None:
         return GRADIENT_OVERFLOW, f"{seen}: {said_once(hinted, overflow, name)}"
     empty = empty_selection(mask)
+    if forward_finite is False:
+        hint = said_once(hinted, "the outputs are not finite here either (the forward's own failure)"
+                         + (f": {empty}: a division by its count of 0, left unguarded?" if empty else ""), name)
+        return GRADIENT_NON_FINITE, f"{name} is not finite: {seen}: {hint}"
     # 1e-8: what trainers add to a count instead of clamping it (NeMo-RL, OpenRLHF, ROLL, torchtune)
     epsilon = (f" or by an epsilon (1 / (0 + 1e-8) is 1e8, past {dtype}'s range: inf times the mask's 0 is NaN)"
                if largest(dtype) < 1e8 else "")
     hint = said_once(hinted, f"{empty}: a division by its count of 0 guarded by a where (whose other branch's inf "
                      f"or NaN still reaches the backward){epsilon}?" if empty else None, name)
     return GRADIENT_NON_FINITE, f"{name} is not finite: {seen}" + (f": {hint}" if hint else "")
+
+
+def _float32_hint(case: Case, name: str, got: np.ndarray, want: np.ndarray, exact: Any,
+                  cotangents: dict[str, np.ndarray], precision: Precision) -> str | None:
+    """A float64 gradient off by what float32 arithmetic would give: within twice float32's bound for the same
+    exact values, as the forward's hint (fuzz/judge/forward.py) reads an output."""
+    if case.dtype != "float64":
+        return None
+    bound = case.contract.gradient_tolerance(exact, cotangents, "float32", precision)[name][0]
+    if np.max(error_ratio(got, want, bound), initial=0.0) > 2:
+        return None
+    return FLOAT32_INSIDE_FLOAT64
+
+
+def outputs_finite(adapter: Any, contract: Any, result: Any) -> bool | None:
+    """Whether every output of a forward result is a finite array (None where its structure is not the
+    contract's: the checks say what is wrong with it)."""
+    outputs = contract.outputs_of(result)
+    if outputs is None or not all(adapter.is_array(outputs.get(key)) for key in contract.output_names):
+        return None
+    return all(bool(np.isfinite(adapter.to_float64(outputs[key])).all()) for key in contract.output_names)
 
 
 def named_by_pass(verdict: Verdict, function: Callable[..., Any], adapter: Any, case: Case,
@@ -73,7 +99,8 @@ def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray],
     verdict.merge(modified_inputs(adapter, case, inputs, snapshot))
     values, structure = check_gradient_arrays(result, adapter, case)
     verdict.merge(structure)
-    verdict.merge(judge_gradients(case, {} if values is None else values.values, exact, cotangents, precision))
+    verdict.merge(judge_gradients(case, {} if values is None else values.values, exact, cotangents, precision,
+                                  forward_finite=outputs_finite(adapter, contract, result.result)))
     if verdict.ok and repeat:
         verdict.deterministic = _same_gradients_again(subject, function, case, inputs, cotangents, values.values)
     return verdict
@@ -84,11 +111,13 @@ ExplainGradient = Callable[[np.ndarray, np.ndarray, np.ndarray], "str | None"]
 
 
 def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Any, cotangents: dict[str, np.ndarray],
-                    precision: Precision, explain: ExplainGradient | None = None) -> Verdict:
+                    precision: Precision, explain: ExplainGradient | None = None,
+                    forward_finite: bool | None = None) -> Verdict:
     """Gradients read back as float64 ("d <input>" for any of the differentiable inputs present) against the
     exact VJP taken with `cotangents`: shapes, finite (or an overflow of the dtype), exactly 0 at masked
     positions, within the tolerance model. A value out of tolerance is explained by `explain` where given, else
-    by the contract's `explain_gradient`."""
+    by the contract's `explain_gradient`; a non-finite one by what the case and `forward_finite` (whether the
+    same call's outputs were finite, where known) say of it."""
     contract, verdict = case.contract, Verdict()
     tolerances = contract.gradient_tolerance(exact, cotangents, case.dtype, precision)
     overflow = contract.backward_overflow(exact, cotangents, case.dtype, precision)
@@ -104,7 +133,7 @@ def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Any, cotan
             verdict.fail(GRADIENT_STRUCTURE, f"{name} has shape {got.shape}, expected {want.shape}")
             continue
         if not np.isfinite(got).all():
-            verdict.fail(*_non_finite(name, got, overflow, mask, case.dtype, hinted))
+            verdict.fail(*_non_finite(name, got, overflow, mask, case.dtype, hinted, forward_finite))
         if spec.role == "tokens" and (got[~mask] != 0).any():
             verdict.fail(GRADIENT_MASKED, f"{name} is not exactly 0 at masked positions")
         ratios = error_ratio(got, want, bound)
@@ -118,6 +147,7 @@ def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Any, cotan
                 hint = contract.explain_gradient(case, cotangents, {spec.name: got})
             else:
                 hint = None
+            hint = hint or _float32_hint(case, spec.name, got, want, exact, cotangents, precision)
             verdict.fail(
                 out_of_tolerance(name),
                 f"{name}{list(map(int, at))} = {float(got[at])!r}, expected {float(want[at])!r} "
