@@ -175,6 +175,18 @@ def test_a_batch_of_no_tokens_names_the_padded_width_as_a_length_too():
     assert "padded width" not in non_finite_hint(Case([[1.0, 2.0]], [[False, False]], contract=contract))
 
 
+def test_a_batch_of_no_rows_names_a_mean_over_rows_and_a_division_by_b():
+    """TRL's grpo (`(... / counts).mean()`) and dr_grpo (`sum / (B * L_max)`) are 0 / 0 on a batch of no rows: the
+    hint names the rows; a batch with rows does not."""
+    from fuzz.judge.forward import non_finite_hint
+
+    contract = get_contract("reduction")
+    no_rows = non_finite_hint(Case(np.zeros((0, 3)), np.zeros((0, 3), bool), contract=contract))
+    assert "; or the batch has no rows: a mean over its rows (`.mean()` of an empty array is NaN), or a division by " \
+           "their number (B = 0)?" in no_rows, no_rows
+    assert "no rows" not in non_finite_hint(Case(np.zeros((2, 0)), np.zeros((2, 0), bool), contract=contract))
+
+
 def test_no_hint_where_the_case_holds_nothing_that_makes_a_usual_mistake_non_finite():
     from fuzz.judge.forward import non_finite_hint
 

@@ -46,6 +46,9 @@ def non_finite_hint(case: Case) -> str | None:
         vanishes = (f"; an epsilon added to the count is no guard in {case.dtype}: 0 + 1e-8 rounds to 0 (clamp the "
                     "count to 1 instead)" if float(round_to(np.array(1e-8), case.dtype)) == 0 else "")
         hints.append(f"{empty}: {whose} mean over none of them (0 / 0{vanishes})?")
+    if mask.ndim > 1 and mask.shape[0] == 0:  # a batch of no rows: what a per-row mean, or B, then divides by
+        hints.append("the batch has no rows: a mean over its rows (`.mean()` of an empty array is NaN), or a "
+                     "division by their number (B = 0)?")
     if mask.ndim and mask.shape[-1] == 0:  # what a length read from the shape is, where there is nothing to select
         hints.append("a length taken from the shape (the padded width, 0 here)?")
     return "; or ".join(hints) or None
