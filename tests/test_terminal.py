@@ -343,3 +343,23 @@ def test_a_link_in_place_of_the_snippet_folder_is_not_followed(tmp_path, monkeyp
     (tmp_path / f"lossnorm-snippets-{os.getuid()}").symlink_to(elsewhere)
     path = snippet_file("assert False\n", None)
     assert list(elsewhere.iterdir()) == [] and Path(path).read_text() == "assert False\n"
+
+
+def test_the_matrix_says_a_cell_a_fail_fast_run_never_reached_was_not_run():
+    """--fail-fast stops at the first failing cell: the others of its row are "not run", never "n/a" (which says the
+    cell does not apply), and the legend says why; a run that reached every cell has no such word."""
+    from fuzz.report.html import _cell_html, _heat_legend, _some_not_run
+    from fuzz.report.matrix import render_matrix
+
+    failing = _cell("assert False\n", subject="f")
+    failing.contract = "reduction (token-mean)"
+    lacking = CellResult("f", "cpu", "float16", "forward", applicable=False)
+    lacking.contract = failing.contract
+    matrix = render_matrix([failing, lacking], ["float16", "bfloat16", "float32"], {})
+    row = matrix.splitlines()[2]  # float16 lacking, bfloat16 never reached, float32 failing
+    assert re.search(r" n/a +not run +FAIL ", row) and row.count("not run") == 1, matrix
+    assert "not run: the run stopped at its first failing cell (--fail-fast)" in matrix
+    assert "not run" not in render_matrix([failing], ["float32"], {})
+    assert ">not run</td>" in _cell_html(None, None, "f · cpu · float32")
+    rows = [failing.as_json(), {**failing.as_json(), "dtype": "float64", "check": "gradients"}]
+    assert _some_not_run(rows) and "the run stopped" in _heat_legend(True) and "not run" not in _heat_legend(False)

@@ -310,8 +310,8 @@ def _ulps(value: Any) -> str:
 
 def _cell_html(index: int | None, cell: dict[str, Any] | None, where: str) -> str:
     """One heatmap cell: n/a grey, FAIL red, else its err/tol as colour and number (~: not deterministic)."""
-    if cell is None:
-        return f'<td class="cell na" title="{escape(where)}: not run">n/a</td>'
+    if cell is None:  # the run stopped at its first failing cell (--fail-fast) before this one
+        return f'<td class="cell na" title="{escape(where)}: not run">not run</td>'
     ident = f'data-cell="{index}" tabindex="0" role="button"'
     if not cell.get("applicable", True):
         return f'<td class="cell na" {ident} title="{escape(where)}: not applicable">n/a</td>'
@@ -345,8 +345,8 @@ def heatmap(cells: Sequence[dict[str, Any]]) -> str:
             f"<tbody>{''.join(body)}</tbody></table></div>")
 
 
-def _heat_legend() -> str:
-    """The colour scale with its ticks under it, then the other kinds of cell."""
+def _heat_legend(stopped: bool) -> str:
+    """The colour scale with its ticks under it, then the other kinds of cell (`stopped`: some were not run)."""
     stops = ", ".join(f"{heat_colour(at)} {100 * at:.0f}%" for at, _ in HEAT)
     return ('<div class="legend"><span>worst err/tol</span><span class="scale"><span class="ramp" '
             f'style="background:linear-gradient(90deg, {stops})"></span>'
@@ -354,14 +354,22 @@ def _heat_legend() -> str:
             '<span class="muted">1 = the tolerance</span>'
             '<span class="swatch fail">FAIL</span><span class="muted">a bug</span>'
             '<span class="swatch na">n/a</span><span class="muted">not applicable</span>'
-            '<span class="muted"><b>~</b> two calls gave different bits</span></div>')
+            + ('<span class="swatch na">not run</span><span class="muted">the run stopped at its first failing cell '
+               '(--fail-fast)</span>' if stopped else '')
+            + '<span class="muted"><b>~</b> two calls gave different bits</span></div>')
+
+
+def _some_not_run(cells: Sequence[dict[str, Any]]) -> bool:
+    """Whether the heatmap has an empty cell: a row with a dtype the run never reached."""
+    dtypes = _dtypes(cells)
+    return any(len(by_dtype) < len(dtypes) for by_dtype in _rows(cells).values())
 
 
 def _matrix(cells: Sequence[dict[str, Any]]) -> list[str]:
     details = ('<aside class="details" id="details" aria-live="polite"><p class="muted">Click a cell to see its '
                "examples, errors, determinism, layouts and bugs.</p></aside>")
     return _section("matrix", "Conformance matrix", [
-        _heat_legend(), f'<div class="matrix-grid">{heatmap(cells)}{details}</div>'],
+        _heat_legend(_some_not_run(cells)), f'<div class="matrix-grid">{heatmap(cells)}{details}</div>'],
         "Each cell: the worst error over tolerance across every check (≤ 1 conforms), examples run and the worst "
         "error in units in the last place of the input dtype.")
 

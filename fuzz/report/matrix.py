@@ -12,8 +12,13 @@ def _ulps(value: float) -> str:
     return "inf ulp" if value == float("inf") else f"{value:.3g} ulp"
 
 
+NOT_RUN = "not run"  # a planned cell the run never reached: it stopped at its first failing cell (--fail-fast)
+
+
 def _cell_text(cell: CellResult | None) -> str:
-    if cell is None or not cell.applicable:
+    if cell is None:
+        return NOT_RUN
+    if not cell.applicable:
         return "n/a"
     nondeterministic = " ~" if cell.deterministic is False else ""
     if not cell.ok:
@@ -39,9 +44,11 @@ def render_matrix(results: Sequence[CellResult], dtypes: Sequence[str], notes: d
         if index == 0:
             lines.append("  ".join("-" * width for width in widths) + "  " + "-" * 7)
     precisions = sorted({cell.precision for cell in results if cell.applicable})
+    stopped = any(NOT_RUN in row for row in table[1:])
     lines.append("cells: examples run, worst error/tolerance over all checks (<= 1 conforms), worst error in "
-                 "units in the last place of the input dtype; n/a: not applicable; precision: "
-                 + ", ".join(precisions))
+                 "units in the last place of the input dtype; n/a: not applicable; "
+                 + (f"{NOT_RUN}: the run stopped at its first failing cell (--fail-fast); " if stopped else "")
+                 + "precision: " + ", ".join(precisions))
     lines.append(_determinism_note(results))
     return "\n".join(lines)
 
