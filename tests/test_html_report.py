@@ -45,7 +45,7 @@ def _bug(kind: str, snippet: str) -> Bug:
 
 def _cells() -> list[CellResult]:
     """Real CellResults (the shape write_json writes): ok cells, one not deterministic, an n/a cell, a FAIL cell
-    with two bugs and an infinite ulp count, and a dtype missing from one row (n/a too)."""
+    with two bugs and an infinite ulp count, and a dtype missing from one row (not run: --fail-fast stopped first)."""
     layouts = ("contiguous", "transposed")
     return [
         CellResult("numpy", "cpu", "float32", "forward", examples=10, worst=0.31, worst_ulps=0.8, deterministic=True,
