@@ -56,12 +56,14 @@ INTERNAL_ERROR = 3
 INTERRUPTED = 130  # Ctrl-C, as a shell reports a process that SIGINT ended
 
 
-def _csv(choices: Sequence[str], what: str):
+def _csv(choices: Sequence[str]):
+    """An argparse type for a comma-separated selection: argparse names the option, the error the values."""
     def parse(text: str) -> list[str]:
         values = list(dict.fromkeys(value.strip() for value in text.split(",") if value.strip()))  # once each
         unknown = [value for value in values if value not in choices]
         if unknown or not values:
-            raise argparse.ArgumentTypeError(f"{what} must be a comma-separated subset of {', '.join(choices)}")
+            given = f"unknown {', '.join(map(repr, unknown))}" if unknown else "nothing given"
+            raise argparse.ArgumentTypeError(f"{given}; choose a comma-separated subset of {', '.join(choices)}")
         return values
 
     return parse
@@ -108,9 +110,9 @@ def _positive_seconds(text: str) -> float:
 def _common_options(parser: argparse.ArgumentParser, examples_help: str, gradient_examples_help: str,
                     on_ranks: str) -> None:
     jobs = default_jobs()
-    parser.add_argument("--dtypes", type=_csv(DTYPE_NAMES, "--dtypes"), default=list(DTYPE_NAMES),
+    parser.add_argument("--dtypes", type=_csv(DTYPE_NAMES), default=list(DTYPE_NAMES),
                         help="comma-separated dtypes (default: all four; those a framework lacks are n/a cells)")
-    parser.add_argument("--devices", type=_csv(("cpu", "cpu:1", "cuda"), "--devices"), default=None,
+    parser.add_argument("--devices", type=_csv(("cpu", "cpu:1", "cuda")), default=None,
                         help="comma-separated devices (default: every device the framework sees)")
     parser.add_argument("--max-examples", type=_positive_int, default=DEFAULT_EXAMPLES, help=examples_help)
     parser.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
@@ -144,9 +146,9 @@ DEFAULT_EXAMPLES = 40
 def _add_campaign(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("campaign", help="(the default) fuzz every built-in implementation",
                                    description=CAMPAIGN_HELP)
-    parser.add_argument("--implementations", type=_csv(ALL_BUILTINS, "--implementations"),
+    parser.add_argument("--implementations", type=_csv(ALL_BUILTINS),
                         default=list(ALL_BUILTINS), help="comma-separated built-ins (default: all available)")
-    parser.add_argument("--contracts", type=_csv(CONTRACT_NAMES, "--contracts"), default=list(CONTRACT_NAMES),
+    parser.add_argument("--contracts", type=_csv(CONTRACT_NAMES), default=list(CONTRACT_NAMES),
                         help=f"comma-separated contracts whose built-ins are fuzzed (default: all: "
                         f"{', '.join(CONTRACT_NAMES)})")
     _common_options(parser, f"Hypothesis examples per (device, dtype) cell (default {DEFAULT_EXAMPLES}; a cell of a "

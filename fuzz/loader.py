@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fuzz.report.binding import module_attribute_line, module_file_lines
+from fuzz.report.texts import a_type_name
 
 
 class LoadError(Exception):
@@ -150,5 +151,5 @@ def _load_target(spec: str) -> Target:
         raise LoadError(f"{location} has no attribute {name!r}{_functions_defined(module)}")
     function = getattr(module, name)
     if not callable(function) or inspect.isclass(function):
-        raise LoadError(f"{location}:{name} is a {type(function).__name__}, not a function")
+        raise LoadError(f"{location}:{name} is {a_type_name(function)}, not a function")
     return Target(spec, function, import_lines, name)

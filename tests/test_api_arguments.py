@@ -225,3 +225,25 @@ def test_processes_asked_for_in_a_pool_worker_are_refused_with_the_reason(argume
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         raised = pool.apply(_check_in_a_pool_worker, (arguments,))
     assert raised.startswith("RuntimeError: " + message), raised
+
+
+def test_a_target_that_is_no_function_is_named_with_its_type(tmp_path):
+    from fuzz.loader import LoadError
+
+    (tmp_path / "settings.py").write_text("L_MAX = 1024\n")
+    with pytest.raises(LoadError, match=r"settings.py:L_MAX is an int, not a function$"):
+        check(f"{tmp_path / 'settings.py'}:L_MAX", framework="numpy")
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("float8,float32", "argument --dtypes: unknown 'float8'; choose a comma-separated subset of float16, bfloat16, "
+                       "float32, float64"),
+    (",", "argument --dtypes: nothing given; choose a comma-separated subset of"),
+])
+def test_a_selection_option_names_what_it_does_not_know_once(value, message, capsys):
+    from fuzz.cli import check_parser
+
+    with pytest.raises(SystemExit):
+        check_parser().parse_args([GOOD, "--framework", "numpy", "--dtypes", value])
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # after the usage
+    assert message in error and error.count("--dtypes") == 1, error

@@ -63,6 +63,7 @@ from fuzz.judge.forward import compare_values
 from fuzz.judge.gradients import judge_gradients
 from fuzz.judge.outputs import GRADIENT_STRUCTURE, ReadBack
 from fuzz.judge.verdict import STRUCTURE, Failure, Verdict, out_of_tolerance
+from fuzz.report.texts import a_type_name
 from reference.case import Case
 
 AXIS = "data"  # the mesh worker's data axis: the data-parallel ranks
@@ -217,7 +218,7 @@ def _output(contract: Any, result: Any, value: Any, problems: list[str]) -> Any:
     elif name not in outputs:
         problems.append(f"output {name!r} is missing")
     elif not isinstance(outputs[name], jax.Array):
-        problems.append(f"{name} is a {type(outputs[name]).__name__}, not a jax.Array")
+        problems.append(f"{name} is {a_type_name(outputs[name])}, not a jax.Array")
     elif tuple(outputs[name].shape) != shape:
         problems.append(f"{name} has shape {tuple(outputs[name].shape)}, expected {shape}")
     else:

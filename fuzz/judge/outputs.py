@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from fuzz.judge.verdict import INPUT_MODIFIED, STRUCTURE, Verdict
+from fuzz.report.texts import a_type_name
 from impls.frameworks import VJP, Framework, Inputs, InputSnapshot
 from reference.case import Case
 
@@ -43,7 +44,7 @@ def check_outputs(result: Any, adapter: Framework, case: Case) -> tuple[ReadBack
             continue
         value = outputs[spec.name]
         if not adapter.is_array(value):
-            verdict.fail(STRUCTURE, f"{spec.name} is a {type(value).__name__}, not a "
+            verdict.fail(STRUCTURE, f"{spec.name} is {a_type_name(value)}, not a "
                                     f"{adapter.output_type or adapter.array_type}")
             continue
         dtype, shape = adapter.dtype_of(value), contract.output_shape(spec.name, sizes)
@@ -83,7 +84,7 @@ def check_gradient_arrays(vjp: VJP, adapter: Framework, case: Case) -> tuple[Rea
             verdict.fail(GRADIENT_MISSING, f"the outputs carry no gradient with respect to {spec.name}")
             continue
         if not adapter.is_array(got):
-            verdict.fail(GRADIENT_STRUCTURE, f"{label} is a {type(got).__name__}, not a {adapter.array_type}")
+            verdict.fail(GRADIENT_STRUCTURE, f"{label} is {a_type_name(got)}, not a {adapter.array_type}")
             continue
         if adapter.dtype_of(got) != case.dtype:
             verdict.fail(GRADIENT_STRUCTURE, f"{label} has dtype {adapter.dtype_of(got)}, expected {case.dtype}")

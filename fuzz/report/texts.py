@@ -26,6 +26,12 @@ def is_compile_failure(message: str) -> bool:
     return compiler_failure_label(message) is not None
 
 
+def a_type_name(value: object) -> str:
+    """`value`'s type name with its article, as a message says it: "a float", "an int", "a NoneType"."""
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 def shorten(text: str, head: int = 6, tail: int = 4, max_line: int = 300) -> str:
     """The first `head` and last `tail` lines of a long text (each cut to `max_line` characters)."""
     lines = [line if len(line) <= max_line else line[:max_line] + " ..." for line in text.splitlines()]
