@@ -363,3 +363,13 @@ def test_the_matrix_says_a_cell_a_fail_fast_run_never_reached_was_not_run():
     assert ">not run</td>" in _cell_html(None, None, "f · cpu · float32")
     rows = [failing.as_json(), {**failing.as_json(), "dtype": "float64", "check": "gradients"}]
     assert _some_not_run(rows) and "the run stopped" in _heat_legend(True) and "not run" not in _heat_legend(False)
+
+
+def test_the_summary_says_what_a_dash_in_deterministic_means_where_one_shows():
+    called_twice = CellResult("f", "cpu", "float32", "forward", examples=3)
+    called_twice.contract, called_twice.deterministic = "reduction (token-mean)", True
+    over_chunks = CellResult("g", "cpu", "float32", "micro-batches 2x1", examples=3)  # no second call there
+    over_chunks.contract = "accumulation (token-mean)"
+    both = " ".join(" ".join(summary([called_twice, over_chunks])).split())
+    assert "-: not checked, where no cell was called twice" in both
+    assert "not checked" not in " ".join(summary([called_twice]))

@@ -98,11 +98,15 @@ class _Line:
         conforming = [cell for cell in cells if cell.ok]
         worst = f"{max(cell.worst for cell in conforming):.3g}" if conforming else "-"
         ulps = f"{max(cell.worst_ulps for cell in conforming):.3g}" if conforming else "-"
-        checked = [cell.deterministic for cell in cells if cell.deterministic is not None]
-        deterministic = "-" if not checked else "yes" if all(checked) else "no ~"
         # a long name keeps its end (the title has it whole)
         return (f"  {keep_end(self.implementation, name_width):<{name_width}}  {verdict:<7} {counted:>5}  {worst:>7}  "
-                f"{ulps:>9}  {deterministic}")
+                f"{ulps:>9}  {self.deterministic}")
+
+    @property
+    def deterministic(self) -> str:
+        """"yes", "no ~", or "-" where no cell was called twice (a row over micro-batches or ranks, a failing cell)."""
+        checked = [cell.deterministic for cell in self.applicable if cell.deterministic is not None]
+        return "-" if not checked else "yes" if all(checked) else "no ~"
 
 
 def summary(results: Sequence[CellResult]) -> list[str]:
@@ -127,13 +131,16 @@ def summary(results: Sequence[CellResult]) -> list[str]:
                f"{failing} of {len(cells)} cells fail: {distinct} distinct bug{'s' * (distinct != 1)}"
                + (f", and {caseless} cell{'s' * (caseless != 1)} failed without a case" if caseless else ""))
     skipped = len(results) - len(cells)
+    unchecked = any(line.deterministic == "-" for line in lines.values())
     notes = [f"{len(cells)} cell{'s' * (len(cells) != 1)} checked: {verdict}."
              + (f" {skipped} more {'are' if skipped != 1 else 'is'} not applicable (a gradient check without "
                 "autograd, or a dtype the implementation lacks): n/a in the matrix." if skipped else ""),
              ("cells: failing/checked where one fails; " if failing else "")
              + "err/tol: worst error over tolerance of the conforming cells (<= 1 conforms); worst ulp: in units in "
              "the last place of the input dtype; deterministic: two calls on the same inputs gave the same bits "
-             "(~: not, which is no failure). The whole matrix: --matrix, --json, --html."]
+             "(~: not, which is no failure"
+             + ("; -: not checked, where no cell was called twice" if unchecked else "")
+             + "). The whole matrix: --matrix, --json, --html."]
     return [header, "-" * len(header), *body, *(wrapped for note in notes for wrapped in wrap(note))]
 
 
