@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -285,8 +286,11 @@ def test_a_call_that_never_returns_fails_within_the_time_limit(tmp_path, functio
                       "--json", str(tmp_path / "r.json"))
     elapsed = time.monotonic() - started
     assert result.returncode == 1, result.stdout + result.stderr
-    assert elapsed < 2 + 10, elapsed  # the limit, plus starting Python twice
     cell = json.loads((tmp_path / "r.json").read_text())["cells"][0]
+    # The cell ends at its limit (its own clock: what starting Python costs on a loaded machine is not in it), and
+    # the run does not wait out the call (an hour), whatever the machine's load.
+    assert cell["seconds"] < 2 + 3, cell["seconds"]
+    assert elapsed < 2 + 120, elapsed
     assert "did not return within 2 s" in cell["failures"][0] and "worker process killed" in cell["failures"][0]
     assert cell["counterexample"] and f"= {function}(token_log_probs, advantages, token_mask)" in cell["snippet"]
     # its progress line, as every cell has one (the killed worker cannot write it): no silent minutes
@@ -361,9 +365,9 @@ def test_without_a_subcommand_the_campaign_runs():
                          ids=["no-such-folder", "empty", "a-directory", "missing-folder", "takes-no-file"])
 @pytest.mark.parametrize("report", ["--json", "--html"])
 def test_an_unwritable_report_path_is_refused_before_any_fuzzing(tmp_path, command, path, report):
-    started = time.monotonic()
     result = run_fuzz(*command, report, path.format(tmp=tmp_path))
-    assert time.monotonic() - started < 2 + 3, "refused after fuzzing, not before"  # Python's start included
+    # refused before fuzzing: no cell ran (a progress line per cell on stderr), whatever the machine's load
+    assert not re.search(r"^  (ok  |FAIL) ", result.stderr, re.MULTILINE), "refused after fuzzing, not before"
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"argument {report}: cannot write the report there" in result.stderr
     assert "Conformance" not in result.stdout
