@@ -459,3 +459,16 @@ def test_a_combined_gradient_off_by_a_factor_is_named_by_the_split_and_is_the_lo
     assert any("the combined gradient is 0.5x the full-batch gradient with R = 2" in m for m in gradients), gradients
     assert not any("it is the gradient of" in message for message in gradients), gradients
     assert "1 distinct bug" in " ".join(str(report).split())
+
+
+def test_a_function_returning_no_array_is_one_bug_not_a_missing_gradient_too():
+    """A loss returned as None or a Python float is the forward's structure bug; its gradient cells say the same,
+    not "carries no gradient (computed under no_grad?)", so the report has one distinct bug."""
+    from fuzz import check
+
+    pytest.importorskip("torch")
+    for returned in (None, 0.5):
+        report = check(lambda token_losses, token_mask, value=returned: value, framework="torch",
+                       reduction="token-mean", dtypes=["float32"], max_examples=5)
+        assert {failure.kind for failure in report.failures} == {"wrong output structure"}, report.failures
+        assert all("carries no gradient" not in failure.message for failure in report.failures)
