@@ -256,6 +256,14 @@ def test_the_progress_lines_of_one_implementation_keep_one_label_whatever_their_
         assert len(line) <= WIDTH, line
         labels.add(line.split(" | ")[1])
     assert len(labels) == 1, labels
+    # at ten times the budget, a user's file target: numbers from 0.5 ulp to 1.23e+03 ulp, one label
+    lines = []
+    for dtype, worst, ulps in [("float32", 0.118, 0.5), ("float16", 7.73e-05, 1234.0), ("bfloat16", 0.2, 2.0)]:
+        cell = CellResult("myloss.py:tm_loss1", "cpu", dtype, "forward", examples=403, seconds=12.3)
+        cell.contract, cell.worst, cell.worst_ulps = "reduction (token-mean)", worst, ulps
+        lines.append(progress_line("forward", cell, "cpu", dtype))
+    assert all(len(line) <= WIDTH for line in lines), lines
+    assert len({"| reduction |" in line for line in lines}) == 1, lines
 
 
 def test_a_bugs_heading_never_ends_on_a_line_of_its_own_closing_marks():

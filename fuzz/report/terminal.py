@@ -21,7 +21,9 @@ from fuzz.report.results import Bug, BugKey, CellResult, bug_keys, case_title, o
 from fuzz.report.texts import WIDTH, for_terminal, is_compile_failure, shorten
 from reference.dtypes import DTYPE_NAMES
 
-TAIL_ROOM = 36  # a progress line's numbers, as wide as they usually come: "  20 ex, 0.0136, 5.37e-05 ulp, 0.3 s"
+# a progress line's numbers, as wide as they come at ten times the default budget:
+# "  403 ex, 7.73e-05, 1.23e+03 ulp, 12.3 s"
+TAIL_ROOM = 40
 SUBJECT_TAIL = 8  # a progress line keeps at least this much of a long name's end ("...y:step"), else it is cut
 SNIPPET_LINES = 80  # a snippet longer than this goes to a file
 COLUMNS = 54  # the summary's columns besides the implementation's, their gaps and indent included
@@ -65,7 +67,7 @@ def progress_line(row: str, cell: CellResult, device: str, dtype: str) -> str:
     worst = f"{cell.worst:.3g}" if cell.examples else "-"
     ulps = (f"{cell.worst_ulps:.3g}" if cell.examples else "-") + " ulp"
     tail = f"  {cell.examples} ex, {worst}, {ulps}, {cell.seconds:.1f} s"
-    label_room = WIDTH - max(len(tail), TAIL_ROOM) - 7
+    label_room = WIDTH - TAIL_ROOM - 7
     rest = next((rest for rest in rests if len(cell.subject) + 3 + len(rest) + widest <= label_room), None)
     if rest is None:
         rest = rests[-1]
