@@ -243,18 +243,25 @@ def test_a_nan_float16_gradient_from_an_epsilon_guard_names_the_epsilon_too():
     assert "epsilon" not in _non_finite("d token_losses", nan, None, np.array([[True]]), "float16", {})[1]
 
 
-def test_a_nan_gradient_of_an_unguarded_division_is_not_read_as_a_guarded_one():
+def _unguarded_torch(token_losses, token_mask):
+    mask = token_mask.to(token_losses.dtype)
+    return (token_losses * mask).sum() / mask.sum()
+
+
+def _unguarded_jax(token_losses, token_mask):
+    mask = token_mask.astype(token_losses.dtype)
+    return (token_losses * mask).sum() / mask.sum()
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_a_nan_gradient_of_an_unguarded_division_is_not_read_as_a_guarded_one(framework):
     """`(losses * mask).sum() / mask.sum()` on an all-masked batch: its loss is NaN too, so no guard kept the NaN out
-    of the forward; the gradient's hint says that, not "guarded by a where"."""
+    of the forward; the gradient's hint says that, not "guarded by a where", in every framework."""
     from fuzz import check
 
-    pytest.importorskip("torch")
-
-    def unguarded(token_losses, token_mask):
-        mask = token_mask.to(token_losses.dtype)
-        return (token_losses * mask).sum() / mask.sum()
-
-    report = check(unguarded, framework="torch", reduction="token-mean", dtypes=["float32"], gradients=True,
+    pytest.importorskip(framework)
+    unguarded = _unguarded_torch if framework == "torch" else _unguarded_jax
+    report = check(unguarded, framework=framework, reduction="token-mean", dtypes=["float32"], gradients=True,
                    masked_values="finite", max_examples=40, seed=0)
     messages = [failure.message for failure in report.failures if "d token_losses is not finite" in failure.message]
     assert messages, [failure.message for failure in report.failures]
@@ -459,6 +466,24 @@ def test_a_combined_gradient_off_by_a_factor_is_named_by_the_split_and_is_the_lo
     assert any("the combined gradient is 0.5x the full-batch gradient with R = 2" in m for m in gradients), gradients
     assert not any("it is the gradient of" in message for message in gradients), gradients
     assert "1 distinct bug" in " ".join(str(report).split())
+
+
+def _guarded_jax(token_losses, token_mask):
+    import jax.numpy as jnp
+
+    selected = jnp.where(token_mask, token_losses, 0).astype(jnp.promote_types(token_losses.dtype, jnp.float32))
+    return selected.sum() / jnp.maximum(token_mask.sum(), 1)
+
+
+def test_a_correct_jax_loss_passes_its_gradient_cells():
+    """JAX hands back a single-output contract's result from jax.vjp as the array it is: its gradient cells judge
+    the gradients, and find nothing wrong with what it returned."""
+    from fuzz import check
+
+    pytest.importorskip("jax")
+    report = check(_guarded_jax, framework="jax", reduction="token-mean", dtypes=["float32", "bfloat16"],
+                   max_examples=5)
+    assert report.ok and any("gradients" in cell.check for cell in report.cells), report.failures
 
 
 def test_a_function_returning_no_array_is_one_bug_not_a_missing_gradient_too():

@@ -34,7 +34,8 @@ class InputSnapshot:
 
 @dataclass(frozen=True)
 class VJP:
-    """What a backward pass gave: the function's result as it returned it, each differentiable input's
+    """What a backward pass gave: the function's result in the contract's structure (as it returned it; JAX, which
+    traces it, hands back its outputs as arrays in that structure), each differentiable input's
     gradient (None where no output carries a gradient to it: the graph is cut), and the outputs that carry no
     gradient at all (detached, computed without autograd); a framework that cannot tell says none."""
 

@@ -219,7 +219,10 @@ class JaxFramework(Framework):
         else:
             result, grads = self._jitted_vjp(fn, contract)(tuple(inputs), host)
         names = [spec.name for spec in contract.differentiable_inputs]
-        return VJP(result, dict(zip(names, grads)))
+        # the outputs in the contract's structure, as the function returned them: the traced function hands jax.vjp
+        # a plain dict of them, whatever its own result was (a single array where the contract returns one)
+        returned = result if contract.returns_mapping else result[contract.output_names[0]]
+        return VJP(returned, dict(zip(names, grads)))
 
     def floor_kernel(self, device: str, elements: int) -> Callable[[], object]:
         data = self.jax.device_put(np.full(elements, 1.0, dtype=np.float32), self._device(device))
