@@ -128,6 +128,21 @@ def test_an_unguarded_script_is_not_run_again_in_the_processes_it_starts(tmp_pat
     assert "check() was called while this process was starting" in result.stderr, result.stderr[-3000:]
 
 
+def test_a_users_own_processes_may_import_a_script_that_checks_at_module_level(tmp_path):
+    """Only the suite's own starting processes refuse a check(): a user's spawned pool worker that imports such a
+    script runs its check again (slowly, as multiprocessing makes it) and then does its work."""
+    script = tmp_path / "trainer_test.py"
+    script.write_text(f"import multiprocessing\nfrom fuzz import check\n\n"
+                      f"check({GOOD!r}, framework='numpy', dtypes=['float32'], max_examples=2)\n\n"
+                      "def square(x):\n    return x * x\n\n"
+                      "if __name__ == '__main__':\n"
+                      "    with multiprocessing.get_context('spawn').Pool(1) as pool:\n"
+                      "        print('pool gave', pool.map(square, [3]))\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                            cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0 and "pool gave [9]" in result.stdout, result.stdout + result.stderr[-3000:]
+
+
 def _torch_rank_form(token_losses, token_mask, *, step_masks, group, accumulation_steps):
     raise AssertionError("never called: the call shape is refused first")
 

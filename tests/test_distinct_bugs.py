@@ -265,8 +265,21 @@ def test_a_nan_gradient_of_an_unguarded_division_is_not_read_as_a_guarded_one(fr
                    masked_values="finite", max_examples=40, seed=0)
     messages = [failure.message for failure in report.failures if "d token_losses is not finite" in failure.message]
     assert messages, [failure.message for failure in report.failures]
-    assert all("the outputs are not finite here either" in message and "left unguarded?" in message
-               and "guarded by a where" not in message for message in messages), messages
+    assert all("the outputs are not finite here either, so no guard kept it out of the forward: no token is "
+               "selected: a mean over none of them" in message and "guarded by a where" not in message
+               for message in messages), messages
+
+
+def test_a_nan_gradient_with_a_nan_loss_gets_the_forwards_reading_of_the_case():
+    """Where the loss is NaN too, the gradient's hint is what the forward's check says of the case: -inf padding
+    multiplied by the mask here, not a guard around a division."""
+    from fuzz.judge.forward import non_finite_hint
+    from fuzz.judge.gradients import _non_finite
+
+    case = Case([[1.0, -np.inf], [0.0, 0.0]], [[True, False], [False, False]], contract=get_contract("reduction"))
+    message = _non_finite("d token_losses", np.array([[np.nan, 0.0]]), None, case.mask, "float32", {},
+                          non_finite_hint(case))[1]
+    assert "multiplied by the mask (0 * inf is NaN)" in message and "guarded by a where" not in message, message
 
 
 def test_a_float64_gradient_off_by_float32_rounding_is_named_so():

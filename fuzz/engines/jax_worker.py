@@ -30,7 +30,7 @@ from fuzz.engines.registry import Engine
 from fuzz.engines.split import Split
 from fuzz.engines.torch_ranks import START_TIMEOUT_S, RankFailure, rank_timeout
 from fuzz.judge.verdict import Verdict
-from fuzz.run.processes import MAIN_GUARD, DidNotStart, died_at_start
+from fuzz.run.processes import MAIN_GUARD, DidNotStart, died_at_start, suite_process_name
 from reference.case import Case
 
 DEVICES = 4  # the largest mesh has 4 devices
@@ -159,7 +159,7 @@ class JaxWorker:
         self.imported = ImportedFiles()  # the user's files it imported (fuzz/engines/freshness.py)
         context = multiprocessing.get_context("spawn")
         self.connection, child_end = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child_end,), name="lossnorm-jax-mesh",
+        self.process = context.Process(target=_worker_main, args=(child_end,), name=suite_process_name("jax-mesh"),
                                        daemon=True)
         self.process.start()
         child_end.close()

@@ -40,7 +40,7 @@ from fuzz.engines.freshness import IMPORTED, ImportedFiles
 from fuzz.engines.registry import Engine
 from fuzz.engines.split import MESHES, Split
 from fuzz.judge.verdict import Verdict
-from fuzz.run.processes import MAIN_GUARD, DidNotStart, died_at_start, fork_server_context
+from fuzz.run.processes import MAIN_GUARD, DidNotStart, died_at_start, fork_server_context, suite_process_name
 from reference.case import Case
 
 DEFAULT_TIMEOUT_S = 60.0  # per example; a correct example takes milliseconds, a cold start seconds
@@ -231,7 +231,7 @@ class RankPool:
         for rank in range(self.world):
             parent_end, child_end = context.Pipe()
             process = context.Process(target=_rank_main, args=(rank, self.world, port, self.device, child_end),
-                                      name=f"lossnorm-rank-{rank}", daemon=True)
+                                      name=suite_process_name(f"rank-{rank}"), daemon=True)
             process.start()
             child_end.close()
             self.connections.append(parent_end)

@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from fuzz.judge.draws import draw_cotangents
-from fuzz.judge.forward import FLOAT32_INSIDE_FLOAT64, empty_selection, said_once
+from fuzz.judge.forward import FLOAT32_INSIDE_FLOAT64, empty_selection, non_finite_hint, said_once
 from fuzz.judge.outputs import GRADIENT_STRUCTURE, check_gradient_arrays, modified_inputs
 from fuzz.judge.verdict import Verdict, call_safely, named_by_forward_alone, out_of_tolerance, same_bits
 from reference.case import Case
@@ -31,22 +31,23 @@ GRADIENT_MASKED = "gradient not 0 at masked positions"
 
 
 def _non_finite(name: str, values: np.ndarray, overflow: str | None, mask: np.ndarray,
-                dtype: str, hinted: dict[str, str], forward_finite: bool | None = None) -> tuple[str, str]:
+                dtype: str, hinted: dict[str, str], forward_hint: str | None = None) -> tuple[str, str]:
     """The kind and message of a non-finite gradient: an overflow of the dtype, or a bug (with what in the case
     makes the usual ones non-finite: a count of 0 divided by, under a where that keeps its inf or NaN out of
     the loss but not out of the backward; where 1 / 1e-8 exceeds the dtype's range (float16), a count of 0
     plus an epsilon, whose reciprocal overflows on its way back to the inputs and meets the mask's 0). Where the
-    forward pass's outputs are not finite either (`forward_finite` False), no guard kept them out: the hint
-    says so instead. A hint already said for another input is referred to (`said_once`)."""
+    forward pass's outputs are not finite either, no guard kept them out: `forward_hint` is then what the forward's
+    check says of the case (empty where it says nothing), said instead. A hint already said for another input is
+    referred to (`said_once`)."""
     bad = np.argwhere(~np.isfinite(values))[0].tolist()
     seen = f"{name}{bad} = {float(values[tuple(bad)])!r}"
     if overflow is not None:
         return GRADIENT_OVERFLOW, f"{seen}: {said_once(hinted, overflow, name)}"
-    empty = empty_selection(mask)
-    if forward_finite is False:
-        hint = said_once(hinted, "the outputs are not finite here either (the forward's own failure)"
-                         + (f": {empty}: a division by its count of 0, left unguarded?" if empty else ""), name)
+    if forward_hint is not None:
+        hint = said_once(hinted, "the outputs are not finite here either, so no guard kept it out of the forward: "
+                         + (forward_hint or "the forward's own failure"), name)
         return GRADIENT_NON_FINITE, f"{name} is not finite: {seen}: {hint}"
+    empty = empty_selection(mask)
     # 1e-8: what trainers add to a count instead of clamping it (NeMo-RL, OpenRLHF, ROLL, torchtune)
     epsilon = (f" or by an epsilon (1 / (0 + 1e-8) is 1e8, past {dtype}'s range: inf times the mask's 0 is NaN)"
                if largest(dtype) < 1e8 else "")
@@ -73,7 +74,10 @@ def outputs_finite(adapter: Any, contract: Any, result: Any) -> bool | None:
     outputs = contract.outputs_of(result)
     if outputs is None or not all(adapter.is_array(outputs.get(key)) for key in contract.output_names):
         return None
-    return all(bool(np.isfinite(adapter.to_float64(outputs[key])).all()) for key in contract.output_names)
+    try:
+        return all(bool(np.isfinite(adapter.to_float64(outputs[key])).all()) for key in contract.output_names)
+    except Exception:  # an array that cannot be brought to the host: the forward's check says so
+        return None
 
 
 def named_by_pass(verdict: Verdict, function: Callable[..., Any], adapter: Any, case: Case,
@@ -119,6 +123,7 @@ def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Any, cotan
     by the contract's `explain_gradient`; a non-finite one by what the case and `forward_finite` (whether the
     same call's outputs were finite, where known) say of it."""
     contract, verdict = case.contract, Verdict()
+    forward_hint = (non_finite_hint(case) or "") if forward_finite is False else None
     tolerances = contract.gradient_tolerance(exact, cotangents, case.dtype, precision)
     overflow = contract.backward_overflow(exact, cotangents, case.dtype, precision)
     mask = case.mask
@@ -133,7 +138,7 @@ def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Any, cotan
             verdict.fail(GRADIENT_STRUCTURE, f"{name} has shape {got.shape}, expected {want.shape}")
             continue
         if not np.isfinite(got).all():
-            verdict.fail(*_non_finite(name, got, overflow, mask, case.dtype, hinted, forward_finite))
+            verdict.fail(*_non_finite(name, got, overflow, mask, case.dtype, hinted, forward_hint))
         if spec.role == "tokens" and (got[~mask] != 0).any():
             verdict.fail(GRADIENT_MASKED, f"{name} is not exactly 0 at masked positions")
         ratios = error_ratio(got, want, bound)

@@ -45,14 +45,24 @@ class DidNotStart(StopsTheCell):
 MAIN_GUARD = "put the call under `if __name__ == \"__main__\":`"
 
 
+SUITE_PROCESS = "lossnorm-"  # how the suite names the processes it starts (workers, ranks, the JAX mesh process)
+
+
+def suite_process_name(what: str) -> str:
+    return SUITE_PROCESS + what
+
+
 def refuse_while_starting() -> None:
-    """Raise RuntimeError in a process that multiprocessing is still starting: a fork server's child or a spawned
-    one imports the script that started it before it runs its target, so a script that calls `check()` at module
-    level would run that whole check again in every worker and rank the first one starts (and only fail, minutes
-    later, where that second check starts processes of its own). Refused at once, the child dies at start and its
-    parent says why (`died_at_start`). `_inheriting` is multiprocessing's own flag for that phase, the one its
-    "bootstrapping phase" error reads."""
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
+    """Raise RuntimeError in a process of the suite's that multiprocessing is still starting: a fork server's child
+    or a spawned one imports the script that started it before it runs its target, so a script that calls `check()`
+    at module level would run that whole check again in every worker and rank the first one starts (and only fail,
+    minutes later, where that second check starts processes of its own). Refused at once, the child dies at start
+    and its parent says why (`died_at_start`). `_inheriting` is multiprocessing's own flag for that phase, the one
+    its "bootstrapping phase" error reads; the process's name, which multiprocessing sets before it imports the
+    script, tells the suite's processes from the user's own (a user's pool worker importing such a script runs
+    its check again, slowly, as it always did, rather than die and be restarted forever)."""
+    process = multiprocessing.current_process()
+    if getattr(process, "_inheriting", False) and process.name.startswith(SUITE_PROCESS):
         raise RuntimeError("check() was called while this process was starting: multiprocessing imports the script "
                            "that started the suite's workers or ranks in each of them, and that script calls check() "
                            f"at module level: {MAIN_GUARD}")

@@ -34,7 +34,7 @@ from fuzz.run.calls import DEFAULT_TIMEOUT, Call, Watcher
 from fuzz.run.cell import fuzz_task, progress
 from fuzz.run.interrupted import CRASH, TIMEOUT, died, interrupted_cell, timed_out
 from fuzz.run.plan import CellTask
-from fuzz.run.processes import died_at_start, start_fork_server, stop_fork_server
+from fuzz.run.processes import died_at_start, start_fork_server, stop_fork_server, suite_process_name
 from fuzz.run.subjects import build_subject, snippet_source
 from impls.cores import usable_cores
 from impls.frameworks import adapter_class, check_modes, load_framework
@@ -107,7 +107,7 @@ class _Worker:
     def __init__(self, context: Any, storage: str, frameworks: tuple[str, ...] = ()) -> None:
         self.connection, child = context.Pipe()
         self.process = context.Process(target=_worker_main, args=(child, storage, frameworks),
-                                       name="lossnorm-fuzz worker")
+                                       name=suite_process_name("fuzz worker"))
         self.process.start()
         child.close()
         self.index: int | None = None
