@@ -30,7 +30,7 @@ from fuzz.engines.registry import Engine
 from fuzz.engines.split import Split
 from fuzz.engines.torch_ranks import START_TIMEOUT_S, RankFailure, rank_timeout
 from fuzz.judge.verdict import Verdict
-from fuzz.run.processes import MAIN_GUARD, DidNotStart, died_at_start, suite_process_name
+from fuzz.run.processes import DidNotStart, died_at_start, slow_to_start, suite_process_name
 from reference.case import Case
 
 DEVICES = 4  # the largest mesh has 4 devices
@@ -187,10 +187,7 @@ class JaxWorker:
                        "a crash or a kill)")
         del deadline
         if doing == "start":
-            self._fail(f"the JAX mesh worker did not start within {timeout:g} s: it imports JAX, the function's "
-                       "module and the script that called check() (multiprocessing imports it in every new process), "
-                       "so whatever that script does at module level runs again there: if it does more than define "
-                       f"functions, {MAIN_GUARD}")
+            self._fail(slow_to_start("the JAX mesh worker", timeout, "JAX"))
         self._fail(f"the JAX mesh worker did not answer within {timeout:g} s during {doing}: it hangs "
                    "(a sleep, a deadlock or a callback that never returns)")
 

@@ -40,7 +40,7 @@ from fuzz.engines.freshness import IMPORTED, ImportedFiles
 from fuzz.engines.registry import Engine
 from fuzz.engines.split import MESHES, Split
 from fuzz.judge.verdict import Verdict
-from fuzz.run.processes import MAIN_GUARD, DidNotStart, died_at_start, fork_server_context, suite_process_name
+from fuzz.run.processes import DidNotStart, died_at_start, fork_server_context, slow_to_start, suite_process_name
 from reference.case import Case
 
 DEFAULT_TIMEOUT_S = 60.0  # per example; a correct example takes milliseconds, a cold start seconds
@@ -278,10 +278,7 @@ class RankPool:
             if not ready and time.monotonic() >= deadline:
                 silent = ", ".join(describe(r) if describe else f"rank {r}" for r in waiting)
                 if doing == STARTING:
-                    self._fail(f"{silent} did not start within {timeout:g} s: each rank imports torch, the "
-                               "function's module and the script that called check() (multiprocessing imports it "
-                               "in every new process), so whatever that script does at module level runs again in "
-                               f"each rank: if it does more than define functions, {MAIN_GUARD}")
+                    self._fail(slow_to_start(silent, timeout, "torch"))
                 # What the ranks that did answer said: often the cause (one rank raised, the others wait
                 # for it in a collective).
                 said = "; ".join(f"{describe(r) if describe else f'rank {r}'}: {failure}"

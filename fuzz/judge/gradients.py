@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from fuzz.judge.draws import draw_cotangents
 from fuzz.judge.forward import FLOAT32_INSIDE_FLOAT64, empty_selection, non_finite_hint, said_once
-from fuzz.judge.outputs import GRADIENT_STRUCTURE, check_gradient_arrays, modified_inputs
+from fuzz.judge.outputs import GRADIENT_STRUCTURE, check_gradient_arrays, check_outputs, modified_inputs
 from fuzz.judge.verdict import Verdict, call_safely, named_by_forward_alone, out_of_tolerance, same_bits
 from reference.case import Case
 from reference.dtypes import largest
@@ -68,16 +68,11 @@ def _float32_hint(case: Case, name: str, got: np.ndarray, want: np.ndarray, exac
     return FLOAT32_INSIDE_FLOAT64
 
 
-def outputs_finite(adapter: Any, contract: Any, result: Any) -> bool | None:
-    """Whether every output of a forward result is a finite array (None where its structure is not the
-    contract's: the checks say what is wrong with it)."""
-    outputs = contract.outputs_of(result)
-    if outputs is None or not all(adapter.is_array(outputs.get(key)) for key in contract.output_names):
-        return None
-    try:
-        return all(bool(np.isfinite(adapter.to_float64(outputs[key])).all()) for key in contract.output_names)
-    except Exception:  # an array that cannot be brought to the host: the forward's check says so
-        return None
+def outputs_finite(adapter: Any, case: Case, result: Any) -> bool | None:
+    """Whether every output of a forward result is finite, read back as the forward's check reads it (None where
+    it cannot be: that check says what is wrong with it)."""
+    read, _ = check_outputs(result, adapter, case)
+    return None if read is None else all(bool(np.isfinite(value).all()) for value in read.values.values())
 
 
 def named_by_pass(verdict: Verdict, function: Callable[..., Any], adapter: Any, case: Case,
@@ -104,7 +99,7 @@ def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray],
     values, structure = check_gradient_arrays(result, adapter, case)
     verdict.merge(structure)
     verdict.merge(judge_gradients(case, {} if values is None else values.values, exact, cotangents, precision,
-                                  forward_finite=outputs_finite(adapter, contract, result.result)))
+                                  forward_finite=outputs_finite(adapter, case, result.result)))
     if verdict.ok and repeat:
         verdict.deterministic = _same_gradients_again(subject, function, case, inputs, cotangents, values.values)
     return verdict

@@ -77,6 +77,15 @@ def died_at_start(process: str, exitcode: int | None) -> str:
             f"starts imports that script as it starts and calls check() again, which is refused: {MAIN_GUARD}")
 
 
+def slow_to_start(process: str, timeout: float, imports: str) -> str:
+    """Why a child said nothing within its start limit: besides its framework (`imports`), it imports the function's
+    module and the calling script, whose module-level work multiprocessing runs again in every new process."""
+    return (f"{process} did not start within {timeout:g} s: each process the suite starts imports {imports}, the "
+            "function's module and the script that called check() (multiprocessing imports it in every new process), "
+            "so whatever that script does at module level runs again there: if it does more than define functions, "
+            f"{MAIN_GUARD}")
+
+
 def fork_server_context(preload: Sequence[str]) -> Any:
     """`start_fork_server(preload)`'s context."""
     return start_fork_server(preload)[0]
