@@ -48,17 +48,13 @@ def check_call_shape(function: Callable[..., Any], contract: Any, name: str,
 def _another_contract(signature: inspect.Signature, contract: Any, rank_call: object) -> str:
     """A hint where the function takes the loss reduction's inputs but was checked against the default magnitude
     contract (no mode declared): the reduction is declared with its mode."""
-    from reference.contracts import CONTRACT_NAMES, get_contract  # the registry of contracts, only for this message
+    from fuzz.judge.misfit import takes_reduction_inputs  # only for this message
+    from reference.contracts import CONTRACT_NAMES, get_contract
 
-    if rank_call or contract.name != CONTRACT_NAMES[0]:
+    if rank_call or contract.name != CONTRACT_NAMES[0] or not takes_reduction_inputs(signature):
         return ""
-    reduction = get_contract("reduction")
-    try:
-        signature.bind(*reduction.input_names)
-    except TypeError:
-        return ""
-    return (f"; a function of ({', '.join(reduction.input_names)}) -> loss is a loss reduction: declare its mode "
-            "(--reduction MODE on the command line, reduction=... in check)")
+    return (f"; a function of ({', '.join(get_contract('reduction').input_names)}) -> loss is a loss reduction: "
+            "declare its mode (--reduction MODE on the command line, reduction=... in check)")
 
 
 def _a_rank_form(signature: inspect.Signature, contract: Any, rank_call: object) -> str:
