@@ -31,7 +31,15 @@ import numpy as np
 
 from reference.case import Case
 from reference.contract import Comparison, Contract, Domain, Example, Input, Output, Parameter, Relation, ValueMenu
-from reference.dtypes import HALF_DTYPES, accumulation_dtype, largest, round_to, smallest_subnormal, unit_roundoff
+from reference.dtypes import (
+    HALF_DTYPES,
+    accumulation_dtype,
+    largest,
+    numpy_dtype,
+    round_to,
+    smallest_subnormal,
+    unit_roundoff,
+)
 from reference.exact import exact_results
 from reference.tolerance import CONTRACT, REFERENCE_VECTOR_ERROR, SAFETY, Precision, gamma
 from reference.values import draw_values
@@ -609,6 +617,35 @@ def _candidates(expected: Exact, observed: float | None, unit: float = 0.0) -> l
     return found
 
 
+def _input_dtype_sums(case: Case, expected: Exact) -> list[tuple[str, float]]:
+    """The declared mode's loss from sums accumulated in the case's half-precision dtype, where the contract asks
+    for float32 at least: each row's sum one token at a time (a running sum: NumPy's cumulative sum in that dtype
+    rounds every step as such a loop does), each row's as NumPy sums that dtype (pairwise for float16), and for
+    the modes that weigh every row alike, the whole batch's as NumPy sums it. Not row weights as `_candidates`:
+    the rounding is in the sums."""
+    if case.dtype not in HALF_DTYPES or not case.token_mask.any():
+        return []
+    native = np.where(case.token_mask, case.token_losses, 0.0).astype(numpy_dtype(case.dtype))
+    weights = row_weights(expected)
+    ways = [(f"each row's sum accumulated in {case.dtype} one token at a time",
+             _weighted(weights, np.cumsum(native, axis=1)[:, -1])),
+            (f"each row's sum accumulated in {case.dtype} by NumPy's sum", _weighted(weights, native.sum(axis=1)))]
+    if np.all(weights == weights[0]):
+        ways.append((f"the batch's sum accumulated in {case.dtype} by NumPy's sum",
+                     float(Fraction(float(weights[0])) * Fraction(float(native.sum())))))
+    found: list[tuple[str, float]] = []
+    for how, value in ways:
+        if all(value != other for _, other in found):  # bfloat16's NumPy sum is a running one; one row is the batch
+            found.append((f"the exact {expected.mode} from {how}: a sum kept in {case.dtype}, the input dtype "
+                          "(accumulate in float32 or wider)?", value))
+    return found
+
+
+def _weighted(weights: np.ndarray, sums: np.ndarray) -> float:
+    """sum_i w_i s_i, rounded once."""
+    return float(sum((Fraction(float(w)) * Fraction(float(s)) for w, s in zip(weights, sums) if w), Fraction(0)))
+
+
 def _length_near(ratio: float, unit: float) -> int | None:
     """The length constant (`_a_length_constant`) a value read as 1/(D L_max) was computed with: the whole number
     nearest `ratio` where that is one, else the power of two or the multiple of 100 nearest it, where `ratio` is
@@ -633,8 +670,7 @@ def _value(expected: Exact, weights: np.ndarray) -> float:
         return 0.0
     if np.all(weights == weights[0]):
         return float(Fraction(float(weights[0])) * Fraction(expected.total))
-    return float(sum((Fraction(float(w)) * Fraction(float(s)) for w, s in zip(weights, expected.row_sums) if w),
-                     Fraction(0)))
+    return _weighted(weights, expected.row_sums)
 
 
 def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
@@ -657,8 +693,8 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
     observed = got / expected.total if expected.total else None
     matches = []
     loss_unit = unit_roundoff(accumulation_dtype(case.dtype))  # the loss is float32 for half inputs
-    for text, weights in _candidates(expected, observed, loss_unit):
-        value = _value(expected, weights)
+    valued = [(text, _value(expected, weights)) for text, weights in _candidates(expected, observed, loss_unit)]
+    for text, value in valued + _input_dtype_sums(case, expected):  # a formula's slip first, then a rounding's
         if (abs(got - value) <= 2 * scale + 8 * unit_roundoff(case.dtype) * abs(value)
                 and abs(value - exact_loss) > scale and abs(got - value) < abs(got - exact_loss)):
             matches.append((text, value))

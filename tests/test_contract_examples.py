@@ -10,7 +10,7 @@ import pytest
 from impls import get_implementation
 from reference.case import Case
 from reference.contracts import CONTRACT_NAMES, get_contract
-from reference.dtypes import round_to
+from reference.dtypes import numpy_dtype, round_to
 from reference.exact import exact_results
 from reference.tolerance import STRICT
 from tests.conftest import in_process_builtins
@@ -320,6 +320,26 @@ def test_a_running_count_kept_in_half_precision_is_named_where_it_sticks(mode):
     named = "counted one token at a time in bfloat16, which sticks at 256: a running count kept in bfloat16?"
     assert named in explain(case, {"loss": np.array(-300 / 256)})
     assert named in explain_gradient(case, {"loss": np.array(1.0)}, {"token_losses": np.full((1, 300), 1 / 256)})
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_sum_kept_in_half_precision_is_named(dtype):
+    """One row of 2048 selected tokens of 0.1 (rounded to the dtype): a running sum in bfloat16 sticks at 32 (each
+    0.1 under half an ulp there), in float16 at 256; the loss from that sum is named so. The exact loss, and a
+    float32 case's, name nothing of the kind."""
+    from reference.reduction import explain
+
+    contract = get_contract("reduction", {"mode": "token-mean"})
+    losses = round_to(np.full((1, 2048), 0.1), dtype)
+    case = Case(contract=contract, dtype=dtype, token_losses=losses, token_mask=np.ones((1, 2048), bool))
+    running = float(np.cumsum(losses.astype(numpy_dtype(dtype)))[-1]) / 2048
+    named = (f"the exact token-mean from each row's sum accumulated in {dtype} one token at a time: a sum kept in "
+             f"{dtype}, the input dtype (accumulate in float32 or wider)?")
+    assert named in explain(case, {"loss": np.array(running)})
+    assert explain(case, {"loss": np.array(float(losses.sum()) / 2048)}) is None
+    wide = Case(contract=contract, dtype="float32", token_losses=round_to(losses, "float32"),
+                token_mask=case.token_mask)
+    assert "accumulated in" not in (explain(wide, {"loss": np.array(running)}) or "")
 
 
 def test_a_wrong_gradient_is_named_as_the_formula_whose_gradient_it_is():
