@@ -38,11 +38,12 @@ class UserRow:
     def compile_counter(self) -> Callable[[], int]:
         return self.adapter.compile_counter(self.function)
 
-    def first_call_failures(self, case: Case, precision: Precision, timeout: float) -> list[str]:
+    def first_call_failures(self, case: Case, precision: Precision, timeout: float) -> tuple[list[str], bool]:
         """What is wrong with the function's answer on the row's case, as `check` says it (what it returns, its
         dtype, device and shape, what it raised, its value), from a call that overruns `timeout` seconds (a compile
         included) interrupted: a function that raises, hangs or returns no array is told so, never timed, and never
-        the benchmark's own crash or hang."""
+        the benchmark's own crash or hang. Also whether the call still runs: one stuck in C code cannot be
+        interrupted, and keeps running in this process."""
         from fuzz.judge.forward import check_forward
         from fuzz.run.calls import CallTimedOut, ThreadWatcher
         from fuzz.run.subjects import watch_subject
@@ -52,8 +53,9 @@ class UserRow:
             try:
                 verdict = check_forward(watched.function, watched.adapter, case, precision)
             except CallTimedOut as stopped:
-                return [f"{stopped}" + ("" if stopped.stopped else " (it could not be stopped, and still runs)")]
-        return [str(failure) for failure in verdict.failures]
+                return [f"{stopped}" + ("" if stopped.stopped else " (it could not be stopped, and still runs)")], \
+                    not stopped.stopped
+        return [str(failure) for failure in verdict.failures], False
 
 
 def row_name(target: str, framework: str) -> str:

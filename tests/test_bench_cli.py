@@ -314,6 +314,20 @@ def test_a_wrong_user_function_is_not_timed(tmp_path: Path) -> None:
     assert "Traceback" not in result.stdout and "some rows failed and are not in the table" in result.stderr
 
 
+def test_a_first_call_that_cannot_be_stopped_ends_the_run(tmp_path: Path) -> None:
+    """A call stuck in C code (a sleep here) cannot be interrupted and keeps running in the process: no row is timed
+    beside it. The rows timed before it stay in the table."""
+    (tmp_path / "mine.py").write_text(YOURS)
+    result = run_bench("--implementations", "numpy", "--sizes", "small", "--dtypes", "float32,float64", "--devices",
+                       "cpu", "--quick", "--target", "mine.py:hangs", "--framework", "numpy", "--reduction",
+                       "token-mean", "--timeout", "2", "--no-save", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert ("the run ends here: the first call of mine.py:hangs (numpy) could not be stopped and still runs in this "
+            "process" in result.stdout), result.stdout
+    table = result.stdout[result.stdout.index("% of floor"):]
+    assert " float32 " in table and " float64 " not in table, table
+
+
 @pytest.mark.parametrize(("function", "message"), [
     ("returns_none", "loss is a NoneType, not a numpy.ndarray"),
     ("returns_shape_1", "loss has shape (1,), expected ()"),
