@@ -48,13 +48,13 @@ def check_call_shape(function: Callable[..., Any], contract: Any, name: str,
 def _another_contract(signature: inspect.Signature, contract: Any, rank_call: object) -> str:
     """A hint where the function takes the loss reduction's inputs but was checked against the default magnitude
     contract (no mode declared): the reduction is declared with its mode."""
-    from fuzz.judge.misfit import takes_reduction_inputs  # only for this message
+    from fuzz.judge.misfit import DECLARE_MODE, takes_reduction_inputs  # only for this message
     from reference.contracts import CONTRACT_NAMES, get_contract
 
     if rank_call or contract.name != CONTRACT_NAMES[0] or not takes_reduction_inputs(signature):
         return ""
-    return (f"; a function of ({', '.join(get_contract('reduction').input_names)}) -> loss is a loss reduction: "
-            "declare its mode (--reduction MODE on the command line, reduction=... in check)")
+    inputs = ", ".join(get_contract("reduction").input_names)
+    return f"; a function of ({inputs}) -> loss is a loss reduction: {DECLARE_MODE}"
 
 
 def _a_rank_form(signature: inspect.Signature, contract: Any, rank_call: object) -> str:

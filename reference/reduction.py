@@ -617,27 +617,31 @@ def _candidates(expected: Exact, observed: float | None, unit: float = 0.0) -> l
     return found
 
 
-def _input_dtype_sums(case: Case, expected: Exact) -> list[tuple[str, float]]:
-    """The declared mode's loss from sums accumulated in the case's half-precision dtype, where the contract asks
-    for float32 at least: each row's sum one token at a time (a running sum: NumPy's cumulative sum in that dtype
-    rounds every step as such a loop does), each row's as NumPy sums that dtype (pairwise for float16), and for
-    the modes that weigh every row alike, the whole batch's as NumPy sums it. Not row weights as `_candidates`:
-    the rounding is in the sums."""
+def _input_dtype_sums(case: Case, expected: Exact) -> list[tuple[str, float, float]]:
+    """The declared mode's loss from running sums kept in the case's half-precision dtype, one selected position at
+    a time, where the contract asks for float32 at least: each row's (a loop over the tokens; NumPy's cumulative
+    sum in that dtype rounds every step as such a loop does, and so does NumPy's sum of an ml_dtypes bfloat16
+    array), and for the modes that weigh every row alike the whole batch's. Each with the magnitude that what
+    follows the sums (a division, the rows' sum, a cast) rounds at. Not row weights as `_candidates`: the
+    rounding is in the sums. (NumPy's sum of a float16 array adds in float32 and rounds once, within tolerance.)"""
     if case.dtype not in HALF_DTYPES or not case.token_mask.any():
         return []
     native = np.where(case.token_mask, case.token_losses, 0.0).astype(numpy_dtype(case.dtype))
     weights = row_weights(expected)
-    ways = [(f"each row's sum accumulated in {case.dtype} one token at a time",
-             _weighted(weights, np.cumsum(native, axis=1)[:, -1])),
-            (f"each row's sum accumulated in {case.dtype} by NumPy's sum", _weighted(weights, native.sum(axis=1)))]
+    with np.errstate(over="ignore"):  # a sum past the dtype's range is left out below
+        rows = np.cumsum(native, axis=1)[:, -1].astype(np.float64)
+        batch = np.cumsum(native.ravel())[-1:].astype(np.float64)
+    ways = [(f"each row's sum accumulated in {case.dtype} one token at a time", rows, weights)]
     if np.all(weights == weights[0]):
-        ways.append((f"the batch's sum accumulated in {case.dtype} by NumPy's sum",
-                     float(Fraction(float(weights[0])) * Fraction(float(native.sum())))))
-    found: list[tuple[str, float]] = []
-    for how, value in ways:
-        if all(value != other for _, other in found):  # bfloat16's NumPy sum is a running one; one row is the batch
+        ways.append((f"the batch's sum accumulated in {case.dtype} one position at a time", batch, weights[:1]))
+    found: list[tuple[str, float, float]] = []
+    for how, sums, weighed in ways:
+        if not np.isfinite(sums).all():  # beyond the dtype's range: an overflow, named as one elsewhere
+            continue
+        value = _weighted(weighed, sums)
+        if all(value != other for _, other, _ in found):  # one row is the batch
             found.append((f"the exact {expected.mode} from {how}: a sum kept in {case.dtype}, the input dtype "
-                          "(accumulate in float32 or wider)?", value))
+                          "(accumulate in float32 or wider)?", value, float(np.sum(np.abs(weighed * sums)))))
     return found
 
 
@@ -693,9 +697,16 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
     observed = got / expected.total if expected.total else None
     matches = []
     loss_unit = unit_roundoff(accumulation_dtype(case.dtype))  # the loss is float32 for half inputs
-    valued = [(text, _value(expected, weights)) for text, weights in _candidates(expected, observed, loss_unit)]
-    for text, value in valued + _input_dtype_sums(case, expected):  # a formula's slip first, then a rounding's
+    for text, weights in _candidates(expected, observed, loss_unit):
+        value = _value(expected, weights)
         if (abs(got - value) <= 2 * scale + 8 * unit_roundoff(case.dtype) * abs(value)
+                and abs(value - exact_loss) > scale and abs(got - value) < abs(got - exact_loss)):
+            matches.append((text, value))
+    # a rounding's slip after the formulas', held closer: its sums are exact as simulated, and only the few steps
+    # after them round, in the loss's dtype (the input's, where the loss is one of its values, else float32)
+    output = case.dtype if float(round_to(np.array(got), case.dtype)) == got else accumulation_dtype(case.dtype)
+    for text, value, magnitude in _input_dtype_sums(case, expected):
+        if (abs(got - value) <= 4 * unit_roundoff(output) * magnitude + smallest_subnormal(output)
                 and abs(value - exact_loss) > scale and abs(got - value) < abs(got - exact_loss)):
             matches.append((text, value))
     if not matches:

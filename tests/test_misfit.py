@@ -30,8 +30,7 @@ def token_mean(token_losses, token_mask):
 '''
 
 UNDECLARED = "no contract was declared, so it is checked as the magnitude diagnostic"
-FOREIGN = "its module imports torch, not numpy, and it is given numpy's arrays (--framework numpy): written for " \
-          "--framework torch?"
+FOREIGN = "\nhint: its code uses torch, not numpy, and it is given numpy's arrays: written for --framework torch?"
 FEW = {"dtypes": ["float32"], "max_examples": 5}
 
 
@@ -48,9 +47,9 @@ def _messages(report) -> list[str]:
 def test_a_reduction_checked_without_its_mode_is_told_to_declare_it(tmp_path):
     target = _module(tmp_path, "verl_like", AGG_LOSS) + ":agg_loss"
     undeclared = check(target, framework="numpy", **FEW)
-    assert not undeclared.ok and all(UNDECLARED in message and message.endswith(
-        "declare its mode (--reduction MODE on the command line, reduction=... in check)")
-        for message in _messages(undeclared))
+    assert not undeclared.ok and all(f"\nhint: {UNDECLARED}" in message and message.endswith(
+        "and a mode (loss_agg_mode): if it is a reduction, declare its mode (--reduction MODE on the command line, "
+        "reduction=... in check)") for message in _messages(undeclared))
     assert check(target, framework="numpy", reduction="token-mean", **FEW).ok  # declared: it conforms
 
 
@@ -75,16 +74,41 @@ def _reduction_with_mode(token_losses, token_mask, mode="token-mean"):
     raise ValueError("never called")
 
 
-@pytest.mark.parametrize(("fn", "framework", "expected"), [
-    (_reduction_with_mode, "numpy", UNDECLARED),
-    (functools.partial(_reduction_with_mode, mode="token-mean"), "numpy", UNDECLARED),  # a partial: its function's
-    (_raises, "numpy", None),
+def _logged(fn):  # a decorator of the usual kind: its wrapper takes anything
+    @functools.wraps(fn)
+    def wrapper(*args, **keywords):
+        return fn(*args, **keywords)
+    return wrapper
+
+
+class _TakesAnything:
+    def __call__(self, *arrays):
+        raise ValueError("a bug of its own")
+
+
+class _AnswersEveryAttribute:  # a proxy: every attribute it is asked for is a new one
+    def __getattr__(self, name):
+        return _AnswersEveryAttribute()
+
+    def __call__(self, lp, adv, mask):
+        raise ValueError("a bug of its own")
+
+
+@pytest.mark.parametrize(("fn", "expected"), [
+    (_reduction_with_mode, UNDECLARED),
+    (_logged(_reduction_with_mode), UNDECLARED),  # the function written, not its wrapper's (*args, **keywords)
+    (_raises, None),
+    (_logged(_raises), None),
+    (lambda lp, adv, mask=None: None, None),  # an optional third input is no mode
+    (lambda token_losses, token_mask, mode=0.5: None, None),
+    (_TakesAnything(), None),
+    (_AnswersEveryAttribute(), None),
+    (max, None),
 ])
-def test_the_hint_is_read_from_the_function_and_its_module(fn, framework, expected):
+def test_the_undeclared_reduction_is_read_from_the_function_written(fn, expected):
     from reference.contracts import get_contract
 
-    libraries = {"numpy": ("numpy",), "jax": ("jax", "jax.numpy")}[framework]
-    hint = misfit_hint(fn, framework, libraries, get_contract("magnitude"))
+    hint = misfit_hint(fn, "numpy", ("numpy",), get_contract("magnitude"))
     assert (hint is None) if expected is None else (expected in hint)
 
 
@@ -93,3 +117,39 @@ def test_a_declared_contract_gets_no_undeclared_hint():
 
     assert misfit_hint(_reduction_with_mode, "numpy", ("numpy",), get_contract("reduction", {"mode": "token-mean"})) \
         is None
+
+
+FROM_IMPORTS = """
+import numpy as np
+from torch import where
+
+def from_torch(token_losses, token_mask):
+    return where(token_mask, token_losses, 0).sum() / np.float32(1)
+
+def helper(x):
+    return where(x, x, 0)
+
+def through_a_helper(token_losses, token_mask):
+    return helper(token_mask)
+
+def numpy_only(token_losses, token_mask):
+    return np.where(token_mask, token_losses, 0).sum()
+"""
+
+
+@pytest.mark.parametrize(("name", "framework", "expected"), [
+    ("from_torch", "numpy", None),  # it uses numpy too: no guess
+    ("from_torch", "jax", "its code uses torch and numpy, not jax"),
+    ("through_a_helper", "jax", "its code uses torch, not jax"),  # what its own helper uses
+    ("numpy_only", "torch", "its code uses numpy, not torch"),  # the module's torch import is not used by it
+    ("numpy_only", "numpy", None),
+])
+def test_the_framework_is_read_from_the_names_the_code_uses(tmp_path, name, framework, expected):
+    pytest.importorskip("torch")
+    from fuzz.loader import load_target
+    from reference.contracts import get_contract
+
+    function = load_target(_module(tmp_path, "mixed", FROM_IMPORTS) + f":{name}").function
+    libraries = {"numpy": ("numpy", "ml_dtypes"), "jax": ("jax", "jax.numpy"), "torch": ("torch",)}[framework]
+    hint = misfit_hint(function, framework, libraries, get_contract("reduction", {"mode": "token-mean"}))
+    assert (hint is None) if expected is None else (expected in hint), hint

@@ -1,10 +1,13 @@
 """What about a user's function and the call the suite makes of it may explain why it raises or returns the wrong
 structure, said beside that failure: a loss reduction checked as the default magnitude diagnostic (no mode was
 declared, and its signature fits both calls), or a function written for one framework given another's arrays.
-Both are read from the function itself, once, before any call; neither changes a verdict."""
+Both are read from the function itself, once, before any call; neither changes a verdict, and neither may fail
+a check: a function that cannot be read gets no hint."""
 
 from __future__ import annotations
 
+import contextlib
+import dis
 import functools
 import inspect
 import types
@@ -12,15 +15,19 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fuzz.judge.verdict import STRUCTURE, Verdict
+from reference.contract import Contract
+from reference.contracts import CONTRACT_NAMES, get_contract
 
-# The libraries a function's module imports that say which --framework it was written for.
+# The libraries whose names a function uses that say which --framework it was written for, and how a framework's
+# own library is named in a hint (the Array API's arrays come from array_api_strict, its code from array_api_compat).
 FRAMEWORK_OF_LIBRARY = {"torch": "torch", "jax": "jax", "numpy": "numpy"}
+LIBRARY_OF_FRAMEWORK = {"torch": "torch", "jax": "jax", "numpy": "numpy", "array-api": "array_api_compat"}
+DECLARE_MODE = "declare its mode (--reduction MODE on the command line, reduction=... in check)"
+_DEPTH = 8  # how far wrappers and helper functions are followed: a proxy may answer any attribute with a new one
 
 
 def takes_reduction_inputs(signature: inspect.Signature) -> bool:
     """Whether a function of this signature can be called as the loss reduction calls it (its inputs by position)."""
-    from reference.contracts import get_contract  # the registry of contracts, only for this question
-
     try:
         signature.bind(*get_contract("reduction").input_names)
     except TypeError:
@@ -28,63 +35,105 @@ def takes_reduction_inputs(signature: inspect.Signature) -> bool:
     return True
 
 
-def misfit_hint(function: Callable[..., Any], framework: str, libraries: Iterable[str], contract: Any) -> str | None:
-    """What a raise or a wrong structure of `function`, called as `contract` says on `framework`'s arrays (whose
-    adapter loads `libraries`), may come from: None where nothing in the function suggests a misfit."""
-    hints = [hint for hint in (_undeclared_reduction(function, contract), _foreign_framework(function, framework,
-                                                                                              libraries)) if hint]
-    return "; ".join(hints) or None
+def misfit_hint(function: Callable[..., Any], framework: str, libraries: Iterable[str],
+                contract: Contract) -> str | None:
+    """What a raise or a wrong structure of `function`, called as `contract` says on the arrays of `framework` (an
+    adapter's name, whose adapter loads `libraries`), may come from: None where nothing in the function suggests a
+    misfit, or where it cannot be read."""
+    try:
+        hints = [_undeclared_reduction(function, contract), _foreign_framework(function, framework, libraries)]
+    except Exception:  # an object that answers introspection oddly: it gets no hint, never a failed check
+        return None
+    return "; ".join(hint for hint in hints if hint) or None
 
 
-def _undeclared_reduction(function: Callable[..., Any], contract: Any) -> str | None:
-    from reference.contracts import CONTRACT_NAMES, get_contract
-
+def _undeclared_reduction(function: Callable[..., Any], contract: Contract) -> str | None:
+    """A function checked as the default magnitude diagnostic whose signature also takes the reduction's inputs,
+    with a third parameter that looks like a mode: defaulted to a string, or annotated as one (verl's
+    `agg_loss(loss_mat, loss_mask, loss_agg_mode="token-mean")`). A signature of `*args` takes anything, and a
+    magnitude function's optional third input (`mask=None`) is no mode."""
     if contract.name != CONTRACT_NAMES[0]:  # a contract was declared
         return None
     try:
-        signature = inspect.signature(function, follow_wrapped=False)
+        signature = inspect.signature(function)  # a decorator's wrapped function: the one written
     except (TypeError, ValueError):
         return None
-    if not takes_reduction_inputs(signature):
+    parameters = list(signature.parameters.values())
+    if any(parameter.kind is parameter.VAR_POSITIONAL for parameter in parameters) or len(parameters) < 3:
         return None
-    reduction = get_contract("reduction")
+    third = parameters[2]
+    if not (isinstance(third.default, str) or third.annotation in (str, "str")) or not takes_reduction_inputs(
+            signature):
+        return None
     call = contract.signature.split(" ->")[0]
-    return (f"no contract was declared, so it is checked as the {contract.name} diagnostic, {call}, and "
-            f"it also takes a loss reduction's ({', '.join(reduction.input_names)}): if it is one, declare its mode "
-            "(--reduction MODE on the command line, reduction=... in check)")
+    return (f"no contract was declared, so it is checked as the {contract.name} diagnostic, {call}, but it also takes "
+            f"a loss reduction's ({', '.join(get_contract('reduction').input_names)}) and a mode ({third.name}): if it "
+            f"is a reduction, {DECLARE_MODE}")
 
 
 def _foreign_framework(function: Callable[..., Any], framework: str, libraries: Iterable[str]) -> str | None:
-    """Where the function's module imports another framework's library and none of the checked one's."""
-    imported = _libraries_imported(function)
+    """Where the names the function's code uses come from another framework's library and none from the checked
+    one's (`torch.where`, or `where` imported from torch, in a function given jax arrays)."""
+    used = _libraries_used(function)
     own = list(dict.fromkeys(library.split(".")[0] for library in libraries))
-    if imported.intersection(own):
+    if used.intersection(own):
         return None
-    foreign = [library for library in FRAMEWORK_OF_LIBRARY if library in imported]
+    foreign = [library for library in FRAMEWORK_OF_LIBRARY if library in used]
     if not foreign:
         return None
-    suggested = FRAMEWORK_OF_LIBRARY[foreign[0]]
-    named = [library for library in own if library in FRAMEWORK_OF_LIBRARY] or sorted(own)  # not ml_dtypes
-    return (f"its module imports {' and '.join(foreign)}, not {' or '.join(named)}, and it is given "
-            f"{framework}'s arrays (--framework {framework}): written for --framework {suggested}?")
+    named = LIBRARY_OF_FRAMEWORK.get(framework, " or ".join(own))
+    return (f"its code uses {' and '.join(foreign)}, not {named}, and it is given {framework}'s arrays: written for "
+            f"--framework {FRAMEWORK_OF_LIBRARY[foreign[0]]}?")
 
 
-def _libraries_imported(function: Callable[..., Any]) -> set[str]:
-    """The top-level packages of the modules the function's own module has imported by name (`import torch`,
-    `import jax.numpy as jnp`), for a function, a bound method, a partial or a decorated function."""
+def _libraries_used(function: Callable[..., Any]) -> set[str]:
+    """The top-level packages of the global names the function's code uses (`torch.where`, `jnp.sum`, a `where`
+    imported from torch), following its wrappers, its closure, and the plain functions of its own module it calls."""
     found: set[str] = set()
-    for inner in _unwrapped(function):
-        for value in getattr(inner, "__globals__", {}).values():
-            if isinstance(value, types.ModuleType):
-                found.add(value.__name__.split(".")[0])
+    seen: set[int] = set()
+    pending = [(inner, 0) for inner in _unwrapped(function)]
+    while pending:
+        current, depth = pending.pop()
+        code, globals_ = getattr(current, "__code__", None), getattr(current, "__globals__", None)
+        if id(current) in seen or not isinstance(code, types.CodeType) or not isinstance(globals_, dict):
+            continue
+        seen.add(id(current))
+        values = [globals_[name] for name in _names(code) if name in globals_]
+        for cell in getattr(current, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):  # a closure variable not yet assigned
+                values.append(cell.cell_contents)
+        for value in values:
+            library = _library_of(value)
+            if library is not None:
+                found.add(library)
+            elif isinstance(value, types.FunctionType) and depth < _DEPTH:  # a helper of the user's: what it uses
+                pending.append((value, depth + 1))
     return found
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global names a code object and the functions defined inside it load (`co_names` also holds the
+    attributes it reads: `np.where` would count a global `where`)."""
+    names = {instruction.argval for instruction in dis.get_instructions(code) if instruction.opname == "LOAD_GLOBAL"}
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= _names(constant)
+    return names
+
+
+def _library_of(value: Any) -> str | None:
+    """The top-level package a module, or a function or class of a framework, belongs to (None for the user's own)."""
+    if isinstance(value, types.ModuleType):
+        return value.__name__.split(".")[0]
+    module = getattr(value, "__module__", None) if callable(value) else None
+    root = module.split(".")[0] if isinstance(module, str) else None
+    return root if root in FRAMEWORK_OF_LIBRARY else None
 
 
 def _unwrapped(function: Any) -> list[Any]:
     """The function and whatever it wraps (a partial's function, a method's, a decorator's `__wrapped__`)."""
-    seen, chain = set(), []
-    while function is not None and id(function) not in seen:
-        seen.add(id(function))
+    chain: list[Any] = []
+    while function is not None and len(chain) < _DEPTH and all(function is not seen for seen in chain):
         chain.append(function)
         if isinstance(function, functools.partial):
             function = function.func
@@ -96,10 +145,10 @@ def _unwrapped(function: Any) -> list[Any]:
 
 
 def add_misfit_hint(verdict: Verdict, hint: str | None) -> None:
-    """The hint beside the verdict's first failure where it raised or returned the wrong structure."""
+    """The hint beside the verdict's first failure where it raised or returned the wrong structure: on a line of
+    its own, as no part of what the function raised."""
     if hint is None or not verdict.failures:
         return
     first = verdict.failures[0]
     if (first.kind.startswith("raised ") or first.kind == STRUCTURE) and hint not in first.message:
-        joint = "\n" if "\n" in first.message else ": "  # after a many-line error (torch's), on a line of its own
-        verdict.failures[0] = type(first)(first.kind, f"{first.message}{joint}{hint}")
+        verdict.failures[0] = type(first)(first.kind, f"{first.message}\nhint: {hint}")

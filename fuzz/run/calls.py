@@ -192,5 +192,6 @@ def watched(function: Callable[..., Any], adapter: WatchedAdapter) -> Callable[.
     def call(*args: Any, **keywords: Any) -> Any:
         return adapter.watch(None, lambda: function(*args, **keywords))
 
-    call.__name__ = getattr(function, "__name__", "function")
+    name = getattr(function, "__name__", None)  # a proxy may answer any attribute, with anything
+    call.__name__ = name if isinstance(name, str) else "function"
     return call
