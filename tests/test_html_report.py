@@ -314,11 +314,17 @@ needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                     reason=f"{CHROMIUM} not installed (Debian: apt-get install chromium)")
 
 
+def _browser_env(tmp_path: Path) -> dict[str, str]:
+    """Chromium's environment: its own temporary files (a profile's lock socket, left behind in a folder of its own)
+    go into the test's folder, not the machine's /tmp."""
+    return {**os.environ, "TMPDIR": str(tmp_path)}
+
+
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     """One headless run with its own profile, so parallel tests never share one."""
     profile = tempfile.mkdtemp(dir=tmp_path, prefix="profile-")
     return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True,
-                          timeout=120, check=False)
+                          timeout=120, check=False, env=_browser_env(tmp_path))
 
 
 def _console(stderr: str, url: str) -> list[str]:
@@ -359,7 +365,8 @@ class DevTools:
         # pass_fds keeps 3 and 4 open through exec (subprocess closes the others after arrange() ran)
         self.process = subprocess.Popen([CHROMIUM, *FLAGS, "--remote-debugging-pipe", f"--user-data-dir={profile}",
                                          "about:blank"], pass_fds=(3, 4), preexec_fn=arrange,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        env=_browser_env(Path(profile).parent))
         os.close(browser_in)
         os.close(browser_out)
         self._buffer, self._next, self.events = b"", 0, []
