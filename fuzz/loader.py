@@ -15,6 +15,9 @@ from typing import Any
 from fuzz.report.binding import module_attribute_line, module_file_lines
 from fuzz.report.texts import a_type_name
 
+# How a hint tells a reduction checked as the default contract to declare itself (here and in fuzz/judge/misfit.py).
+DECLARE_MODE = "declare its mode (--reduction MODE on the command line, reduction=... in check)"
+
 
 class LoadError(Exception):
     """The target cannot be loaded; the message says why (the command line exits 2)."""
@@ -48,13 +51,16 @@ def check_call_shape(function: Callable[..., Any], contract: Any, name: str,
 def _another_contract(signature: inspect.Signature, contract: Any, rank_call: object) -> str:
     """A hint where the function takes the loss reduction's inputs but was checked against the default magnitude
     contract (no mode declared): the reduction is declared with its mode."""
-    from fuzz.judge.misfit import DECLARE_MODE, takes_reduction_inputs  # only for this message
-    from reference.contracts import CONTRACT_NAMES, get_contract
+    from reference.contracts import CONTRACT_NAMES, get_contract  # the registry of contracts, only for this message
 
-    if rank_call or contract.name != CONTRACT_NAMES[0] or not takes_reduction_inputs(signature):
+    if rank_call or contract.name != CONTRACT_NAMES[0]:
         return ""
-    inputs = ", ".join(get_contract("reduction").input_names)
-    return f"; a function of ({inputs}) -> loss is a loss reduction: {DECLARE_MODE}"
+    inputs = get_contract("reduction").input_names
+    try:
+        signature.bind(*inputs)
+    except TypeError:
+        return ""
+    return f"; a function of ({', '.join(inputs)}) -> loss is a loss reduction: {DECLARE_MODE}"
 
 
 def _a_rank_form(signature: inspect.Signature, contract: Any, rank_call: object) -> str:

@@ -48,8 +48,9 @@ def test_a_reduction_checked_without_its_mode_is_told_to_declare_it(tmp_path):
     target = _module(tmp_path, "verl_like", AGG_LOSS) + ":agg_loss"
     undeclared = check(target, framework="numpy", **FEW)
     assert not undeclared.ok and all(f"\nhint: {UNDECLARED}" in message and message.endswith(
-        "and a mode (loss_agg_mode): if it is a reduction, declare its mode (--reduction MODE on the command line, "
-        "reduction=... in check)") for message in _messages(undeclared))
+        "its third parameter, loss_agg_mode, looks like a loss reduction's mode: if it is a reduction of "
+        "(token_losses, token_mask), declare its mode (--reduction MODE on the command line, reduction=... in check)")
+        for message in _messages(undeclared))
     assert check(target, framework="numpy", reduction="token-mean", **FEW).ok  # declared: it conforms
 
 
@@ -71,6 +72,10 @@ def test_a_function_that_fits_its_call_raises_without_a_hint():
 
 
 def _reduction_with_mode(token_losses, token_mask, mode="token-mean"):
+    raise ValueError("never called")
+
+
+def _verl_agg_loss(loss_mat, loss_mask, loss_agg_mode: str, dp_size: int = 1):  # verl's: the mode is required
     raise ValueError("never called")
 
 
@@ -101,6 +106,7 @@ class _AnswersEveryAttribute:  # a proxy: every attribute it is asked for is a n
     (_logged(_raises), None),
     (lambda lp, adv, mask=None: None, None),  # an optional third input is no mode
     (lambda token_losses, token_mask, mode=0.5: None, None),
+    (_verl_agg_loss, "bind its loss_agg_mode (a lambda or functools.partial) and declare its mode"),
     (_TakesAnything(), None),
     (_AnswersEveryAttribute(), None),
     (max, None),

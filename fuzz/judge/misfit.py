@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fuzz.judge.verdict import STRUCTURE, Verdict
+from fuzz.loader import DECLARE_MODE
 from reference.contract import Contract
 from reference.contracts import CONTRACT_NAMES, get_contract
 
@@ -22,17 +23,7 @@ from reference.contracts import CONTRACT_NAMES, get_contract
 # own library is named in a hint (the Array API's arrays come from array_api_strict, its code from array_api_compat).
 FRAMEWORK_OF_LIBRARY = {"torch": "torch", "jax": "jax", "numpy": "numpy"}
 LIBRARY_OF_FRAMEWORK = {"torch": "torch", "jax": "jax", "numpy": "numpy", "array-api": "array_api_compat"}
-DECLARE_MODE = "declare its mode (--reduction MODE on the command line, reduction=... in check)"
 _DEPTH = 8  # how far wrappers and helper functions are followed: a proxy may answer any attribute with a new one
-
-
-def takes_reduction_inputs(signature: inspect.Signature) -> bool:
-    """Whether a function of this signature can be called as the loss reduction calls it (its inputs by position)."""
-    try:
-        signature.bind(*get_contract("reduction").input_names)
-    except TypeError:
-        return False
-    return True
 
 
 def misfit_hint(function: Callable[..., Any], framework: str, libraries: Iterable[str],
@@ -48,10 +39,9 @@ def misfit_hint(function: Callable[..., Any], framework: str, libraries: Iterabl
 
 
 def _undeclared_reduction(function: Callable[..., Any], contract: Contract) -> str | None:
-    """A function checked as the default magnitude diagnostic whose signature also takes the reduction's inputs,
-    with a third parameter that looks like a mode: defaulted to a string, or annotated as one (verl's
-    `agg_loss(loss_mat, loss_mask, loss_agg_mode="token-mean")`). A signature of `*args` takes anything, and a
-    magnitude function's optional third input (`mask=None`) is no mode."""
+    """A function checked as the default magnitude diagnostic whose third parameter looks like a reduction's mode:
+    defaulted to a string, or annotated as one (verl's `agg_loss(loss_mat, loss_mask, loss_agg_mode: str)`). A
+    signature of `*args` takes anything, and a magnitude function's optional third input (`mask=None`) is no mode."""
     if contract.name != CONTRACT_NAMES[0]:  # a contract was declared
         return None
     try:
@@ -61,14 +51,15 @@ def _undeclared_reduction(function: Callable[..., Any], contract: Contract) -> s
     parameters = list(signature.parameters.values())
     if any(parameter.kind is parameter.VAR_POSITIONAL for parameter in parameters) or len(parameters) < 3:
         return None
-    third = parameters[2]
-    if not (isinstance(third.default, str) or third.annotation in (str, "str")) or not takes_reduction_inputs(
-            signature):
+    mode = parameters[2]
+    if not (isinstance(mode.default, str) or mode.annotation in (str, "str")):
         return None
     call = contract.signature.split(" ->")[0]
-    return (f"no contract was declared, so it is checked as the {contract.name} diagnostic, {call}, but it also takes "
-            f"a loss reduction's ({', '.join(get_contract('reduction').input_names)}) and a mode ({third.name}): if it "
-            f"is a reduction, {DECLARE_MODE}")
+    inputs = ", ".join(get_contract("reduction").input_names)
+    bind = "" if isinstance(mode.default, str) else (f"bind its {mode.name} (a lambda or functools.partial) and ")
+    return (f"no contract was declared, so it is checked as the {contract.name} diagnostic, {call}, but its third "
+            f"parameter, {mode.name}, looks like a loss reduction's mode: if it is a reduction of ({inputs}), "
+            f"{bind}{DECLARE_MODE}")
 
 
 def _foreign_framework(function: Callable[..., Any], framework: str, libraries: Iterable[str]) -> str | None:
