@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,9 +44,63 @@ def check_call_shape(function: Callable[..., Any], contract: Any, name: str,
         signature.bind(*contract.input_names, **dict.fromkeys(keywords))
     except TypeError as error:
         form = "its ranks call it" if rank_call else f"the {contract.name} contract calls it"
-        raise CallShapeError(f"{name} cannot be called as {form}, {call}: {error}"
-                             + _another_contract(signature, contract, rank_call)
-                             + _a_rank_form(signature, contract, rank_call)) from None
+        hint = (_another_contract(signature, contract, rank_call) or _a_rank_form(signature, contract, rank_call)
+                or _bind_them(signature, contract, rank_call, function))  # the first that applies
+        raise CallShapeError(f"{name} cannot be called as {form}, {call}: {error}{hint}") from None
+    if rank_call is None:
+        _refuse_a_reduction_as_the_default(function, contract, name)
+
+
+def _mode_parameter(parameter: inspect.Parameter) -> bool:
+    """A parameter that holds a reduction's mode: defaulted to a string, annotated as one, or named as trainers name
+    one (verl's `loss_agg_mode`, TRL's `loss_type`, a `reduction`), which no mask is."""
+    return (isinstance(parameter.default, str) or parameter.annotation in (str, "str")
+            or re.search(r"(mode|type|reduction)$", parameter.name.lower()) is not None)
+
+
+def _refuse_a_reduction_as_the_default(function: Callable[..., Any], contract: Any, name: str) -> None:
+    """A function checked as the default magnitude diagnostic (no contract declared) whose third parameter is a
+    mode (verl's `agg_loss(loss_mat, loss_mask, loss_agg_mode: str)`) is a loss reduction whose declaration was
+    forgotten: the magnitude's call would pass its mask there. Refused before fuzzing, with how to declare it."""
+    from reference.contracts import CONTRACT_NAMES, get_contract  # the registry of contracts, only for this message
+
+    if contract.name != CONTRACT_NAMES[0]:
+        return
+    try:
+        parameters = list(inspect.signature(function).parameters.values())  # the function written, past decorators
+    except (TypeError, ValueError):
+        return
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < len(contract.input_names) or not _mode_parameter(mode := positional[2]):
+        return
+    inputs = ", ".join(get_contract("reduction").input_names)
+    default = (f" (its {mode.name} defaults to {mode.default!r})" if isinstance(mode.default, str)
+               else f"; its {mode.name} has no default: {_binding(function, [mode.name])}")
+    raise CallShapeError(f"{name} looks like a loss reduction of ({inputs}) and a mode: its third parameter, "
+                         f"{mode.name}, is a mode, where the {contract.name} diagnostic (checked when no contract "
+                         f"is declared) passes {contract.input_names[2]}, {contract.signature.split(' ->')[0]}. A "
+                         "reduction is declared with its mode: --reduction MODE on the command line, reduction=... "
+                         f"in check{default}")
+
+
+def _binding(function: Callable[..., Any], names: list[str]) -> str:
+    """How to bind a function's parameters that the contract's call does not pass."""
+    shown = getattr(function, "__name__", "fn")
+    keywords = ", ".join(f"{parameter}=..." for parameter in names)
+    return (f"bind {'it' if len(names) == 1 else 'them'} and check that: `functools.partial({shown}, {keywords})` "
+            "or a lambda (for the command line, in a file of yours)")
+
+
+def _bind_them(signature: inspect.Signature, contract: Any, rank_call: object, function: Callable[..., Any]) -> str:
+    """A hint where the function needs arguments the contract's call does not pass (a mode, a scale)."""
+    if rank_call is not None:
+        return ""
+    passed = len(contract.input_names)
+    positional = [p for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    missing = [p.name for p in positional[passed:] if p.default is p.empty and p.name not in contract.keywords]
+    missing += [p.name for p in signature.parameters.values()
+                if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in contract.keywords]
+    return f"; {_binding(function, missing)}" if missing and len(positional) >= passed else ""
 
 
 def _another_contract(signature: inspect.Signature, contract: Any, rank_call: object) -> str:

@@ -154,7 +154,8 @@ def _agg_loss(loss_mat, loss_mask, loss_agg_mode):  # verl's signature: the mode
 @pytest.mark.parametrize(("fn", "options", "message"), [
     (_agg_loss, {"reduction": "token-mean"},
      "fn: _agg_loss cannot be called as the reduction contract calls it, fn(token_losses, token_mask) -> loss: "
-     "missing a required argument: 'loss_agg_mode'"),
+     "missing a required argument: 'loss_agg_mode'; bind it and check that: `functools.partial(_agg_loss, "
+     "loss_agg_mode=...)` or a lambda (for the command line, in a file of yours)"),
     (functools.partial(_agg_loss, loss_agg_mode="token-mean"), {}, "too many positional arguments; a function of "
      "(token_losses, token_mask) -> loss is a loss reduction: declare its mode (--reduction MODE on the command "
      "line, reduction=... in check)"),

@@ -1,15 +1,19 @@
-"""A function that raises, or returns the wrong structure, because of how it was checked rather than what it
-computes is told so beside that failure: a loss reduction checked as the default magnitude diagnostic, a function
-of one framework given another's arrays. A function that fits its call gets no such hint."""
+"""A function that raises, or returns the wrong structure, because it was written for another framework than the
+one it is checked under is told so beside that failure (fuzz/judge/misfit.py); a loss reduction checked as the
+default magnitude diagnostic is refused before any call, with how to declare it (fuzz/loader.py). A function that
+fits its call gets neither."""
 
 from __future__ import annotations
 
 import functools
+import re
 
 import pytest
 
 from fuzz import check
 from fuzz.judge.misfit import misfit_hint
+from fuzz.loader import CallShapeError, check_call_shape
+from reference.contracts import get_contract
 
 AGG_LOSS = '''
 import numpy as np
@@ -22,16 +26,17 @@ def agg_loss(loss_mat, loss_mask, loss_agg_mode="token-mean"):  # verl's signatu
 '''
 
 TORCH_TOKEN_MEAN = '''
+import numpy as np
 import torch
 
 def token_mean(token_losses, token_mask):
     total = torch.where(token_mask, token_losses, 0).sum()
-    return total / token_mask.sum().clamp(min=1)
+    return total / token_mask.sum().clamp(min=np.float32(1))
 '''
 
-UNDECLARED = "no contract was declared, so it is checked as the magnitude diagnostic"
-FOREIGN = "\nhint: its code uses torch, not numpy, and it is given numpy's arrays: written for --framework torch?"
 FEW = {"dtypes": ["float32"], "max_examples": 5}
+MAGNITUDE = get_contract("magnitude")
+DECLARE = "reduction is declared with its mode: --reduction MODE on the command line, reduction=... in check"
 
 
 def _module(tmp_path, name: str, source: str) -> str:
@@ -40,26 +45,25 @@ def _module(tmp_path, name: str, source: str) -> str:
     return str(path)
 
 
-def _messages(report) -> list[str]:
-    return [failure.message for failure in report.failures]
-
-
-def test_a_reduction_checked_without_its_mode_is_told_to_declare_it(tmp_path):
+def test_a_reduction_checked_without_its_mode_is_refused_before_any_call(tmp_path):
     target = _module(tmp_path, "verl_like", AGG_LOSS) + ":agg_loss"
-    undeclared = check(target, framework="numpy", **FEW)
-    assert not undeclared.ok and all(f"\nhint: {UNDECLARED}" in message and message.endswith(
-        "its third parameter, loss_agg_mode, looks like a loss reduction's mode: if it is a reduction of "
-        "(token_losses, token_mask), declare its mode (--reduction MODE on the command line, reduction=... in check)")
-        for message in _messages(undeclared))
+    with pytest.raises(CallShapeError, match=re.escape(
+            "agg_loss looks like a loss reduction of (token_losses, token_mask) and a mode: its third parameter, "
+            "loss_agg_mode, is a mode, where the magnitude diagnostic (checked when no contract is declared) passes "
+            "token_mask, fn(token_log_probs, advantages, token_mask). A " + DECLARE + " (its loss_agg_mode defaults "
+            "to 'token-mean')") + "$"):
+        check(target, framework="numpy", **FEW)
     assert check(target, framework="numpy", reduction="token-mean", **FEW).ok  # declared: it conforms
 
 
 def test_a_function_of_another_framework_is_told_which_one(tmp_path):
+    """torch code with NumPy constants, checked under NumPy: the NumPy it also uses says nothing of the framework."""
     pytest.importorskip("torch")
     target = _module(tmp_path, "torch_loss", TORCH_TOKEN_MEAN) + ":token_mean"
     report = check(target, framework="numpy", reduction="token-mean", **FEW)
-    assert not report.ok and all(message.startswith("raised ") and message.endswith(FOREIGN)
-                                 for message in _messages(report))
+    hint = "\nhint: its code uses torch and it is given numpy's arrays: written for --framework torch?"
+    assert not report.ok and all(failure.message.startswith("raised ") and failure.message.endswith(hint)
+                                 for failure in report.failures)
 
 
 def _raises(lp, adv, mask):  # a magnitude function of the checked framework: its own failure, no hint
@@ -68,7 +72,8 @@ def _raises(lp, adv, mask):  # a magnitude function of the checked framework: it
 
 def test_a_function_that_fits_its_call_raises_without_a_hint():
     report = check(_raises, framework="numpy", **FEW)
-    assert _messages(report) and all(message == "raised ValueError: a bug of its own" for message in _messages(report))
+    assert report.failures and all(failure.message == "raised ValueError: a bug of its own"
+                                   for failure in report.failures)
 
 
 def _reduction_with_mode(token_losses, token_mask, mode="token-mean"):
@@ -99,30 +104,34 @@ class _AnswersEveryAttribute:  # a proxy: every attribute it is asked for is a n
         raise ValueError("a bug of its own")
 
 
-@pytest.mark.parametrize(("fn", "expected"), [
-    (_reduction_with_mode, UNDECLARED),
-    (_logged(_reduction_with_mode), UNDECLARED),  # the function written, not its wrapper's (*args, **keywords)
+@pytest.mark.parametrize(("fn", "refused"), [
+    (_reduction_with_mode, "(its mode defaults to 'token-mean')"),
+    (_logged(_reduction_with_mode), "(its mode defaults to 'token-mean')"),  # the function written, not its wrapper
+    (_verl_agg_loss, "its loss_agg_mode has no default: bind it and check that: "
+                     "`functools.partial(_verl_agg_loss, loss_agg_mode=...)` or a lambda"),
+    (lambda loss_mat, loss_mask, loss_type: None, "its loss_type has no default"),  # named as trainers name one
     (_raises, None),
     (_logged(_raises), None),
     (lambda lp, adv, mask=None: None, None),  # an optional third input is no mode
-    (lambda token_losses, token_mask, mode=0.5: None, None),
-    (_verl_agg_loss, "bind its loss_agg_mode (a lambda or functools.partial) and declare its mode"),
+    (lambda lp, adv, mask, mode="x": None, None),  # a mode after the magnitude's three inputs
     (_TakesAnything(), None),
     (_AnswersEveryAttribute(), None),
     (max, None),
 ])
-def test_the_undeclared_reduction_is_read_from_the_function_written(fn, expected):
-    from reference.contracts import get_contract
+def test_a_mode_where_the_default_contract_passes_its_mask_is_refused(fn, refused):
+    if refused is None:
+        check_call_shape(fn, MAGNITUDE, "fn")  # raises nothing
+    else:
+        with pytest.raises(CallShapeError, match=re.escape(refused)):
+            check_call_shape(fn, MAGNITUDE, "fn")
 
-    hint = misfit_hint(fn, "numpy", ("numpy",), get_contract("magnitude"))
-    assert (hint is None) if expected is None else (expected in hint)
 
-
-def test_a_declared_contract_gets_no_undeclared_hint():
-    from reference.contracts import get_contract
-
-    assert misfit_hint(_reduction_with_mode, "numpy", ("numpy",), get_contract("reduction", {"mode": "token-mean"})) \
-        is None
+def test_a_declared_reduction_with_a_required_mode_is_told_to_bind_it():
+    with pytest.raises(CallShapeError, match=re.escape(
+            "missing a required argument: 'loss_agg_mode'; bind it and check that: "
+            "`functools.partial(_verl_agg_loss, loss_agg_mode=...)` or a lambda (for the command line, in a file of "
+            "yours)") + "$"):
+        check_call_shape(_verl_agg_loss, get_contract("reduction", {"mode": "token-mean"}), "fn")
 
 
 FROM_IMPORTS = """
@@ -144,18 +153,23 @@ def numpy_only(token_losses, token_mask):
 
 
 @pytest.mark.parametrize(("name", "framework", "expected"), [
-    ("from_torch", "numpy", None),  # it uses numpy too: no guess
-    ("from_torch", "jax", "its code uses torch and numpy, not jax"),
-    ("through_a_helper", "jax", "its code uses torch, not jax"),  # what its own helper uses
-    ("numpy_only", "torch", "its code uses numpy, not torch"),  # the module's torch import is not used by it
+    ("from_torch", "numpy", "its code uses torch and it is given numpy's arrays"),  # NumPy beside torch: no veto
+    ("from_torch", "jax", "its code uses torch and numpy, not jax, and it is given jax's arrays"),
+    ("from_torch", "torch", None),
+    ("through_a_helper", "jax", "its code uses torch, not jax,"),  # what its own helper uses
+    ("numpy_only", "torch", "its code uses numpy, not torch,"),  # the module's torch import is not used by it
     ("numpy_only", "numpy", None),
 ])
 def test_the_framework_is_read_from_the_names_the_code_uses(tmp_path, name, framework, expected):
     pytest.importorskip("torch")
     from fuzz.loader import load_target
-    from reference.contracts import get_contract
 
     function = load_target(_module(tmp_path, "mixed", FROM_IMPORTS) + f":{name}").function
     libraries = {"numpy": ("numpy", "ml_dtypes"), "jax": ("jax", "jax.numpy"), "torch": ("torch",)}[framework]
-    hint = misfit_hint(function, framework, libraries, get_contract("reduction", {"mode": "token-mean"}))
+    hint = misfit_hint(function, framework, libraries)
     assert (hint is None) if expected is None else (expected in hint), hint
+
+
+@pytest.mark.parametrize("fn", [_TakesAnything(), _AnswersEveryAttribute(), max, _logged(_raises)])
+def test_a_function_that_cannot_be_read_gets_no_hint(fn):
+    assert misfit_hint(fn, "jax", ("jax",)) is None

@@ -1,8 +1,8 @@
-"""What about a user's function and the call the suite makes of it may explain why it raises or returns the wrong
-structure, said beside that failure: a loss reduction checked as the default magnitude diagnostic (no mode was
-declared, and its signature fits both calls), or a function written for one framework given another's arrays.
-Both are read from the function itself, once, before any call; neither changes a verdict, and neither may fail
-a check: a function that cannot be read gets no hint."""
+"""What about a user's function may explain why it raises or returns the wrong structure, said beside that
+failure: code written for one framework given another's arrays (`--framework jax` on a torch function). Read from
+the function itself, once, before any call; it changes no verdict, and may not fail a check: a function that
+cannot be read gets no hint. (A reduction checked as the default contract is refused before any call:
+fuzz/loader.py.)"""
 
 from __future__ import annotations
 
@@ -15,51 +15,23 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fuzz.judge.verdict import STRUCTURE, Verdict
-from fuzz.loader import DECLARE_MODE
-from reference.contract import Contract
-from reference.contracts import CONTRACT_NAMES, get_contract
 
-# The libraries whose names a function uses that say which --framework it was written for, and how a framework's
-# own library is named in a hint (the Array API's arrays come from array_api_strict, its code from array_api_compat).
-FRAMEWORK_OF_LIBRARY = {"torch": "torch", "jax": "jax", "numpy": "numpy"}
+# The libraries whose names a function uses that say which --framework it was written for (each that framework's
+# name), and how a framework's own library is named in a hint (the Array API's arrays come from array_api_strict,
+# its code from array_api_compat).
+FRAMEWORK_LIBRARIES = ("torch", "jax", "numpy")
 LIBRARY_OF_FRAMEWORK = {"torch": "torch", "jax": "jax", "numpy": "numpy", "array-api": "array_api_compat"}
 _DEPTH = 8  # how far wrappers and helper functions are followed: a proxy may answer any attribute with a new one
 
 
-def misfit_hint(function: Callable[..., Any], framework: str, libraries: Iterable[str],
-                contract: Contract) -> str | None:
-    """What a raise or a wrong structure of `function`, called as `contract` says on the arrays of `framework` (an
-    adapter's name, whose adapter loads `libraries`), may come from: None where nothing in the function suggests a
-    misfit, or where it cannot be read."""
+def misfit_hint(function: Callable[..., Any], framework: str, libraries: Iterable[str]) -> str | None:
+    """What a raise or a wrong structure of `function`, called on the arrays of `framework` (an adapter's name,
+    whose adapter loads `libraries`), may come from: None where nothing in the function suggests a misfit, or
+    where it cannot be read."""
     try:
-        hints = [_undeclared_reduction(function, contract), _foreign_framework(function, framework, libraries)]
+        return _foreign_framework(function, framework, libraries)
     except Exception:  # an object that answers introspection oddly: it gets no hint, never a failed check
         return None
-    return "; ".join(hint for hint in hints if hint) or None
-
-
-def _undeclared_reduction(function: Callable[..., Any], contract: Contract) -> str | None:
-    """A function checked as the default magnitude diagnostic whose third parameter looks like a reduction's mode:
-    defaulted to a string, or annotated as one (verl's `agg_loss(loss_mat, loss_mask, loss_agg_mode: str)`). A
-    signature of `*args` takes anything, and a magnitude function's optional third input (`mask=None`) is no mode."""
-    if contract.name != CONTRACT_NAMES[0]:  # a contract was declared
-        return None
-    try:
-        signature = inspect.signature(function)  # a decorator's wrapped function: the one written
-    except (TypeError, ValueError):
-        return None
-    parameters = list(signature.parameters.values())
-    if any(parameter.kind is parameter.VAR_POSITIONAL for parameter in parameters) or len(parameters) < 3:
-        return None
-    mode = parameters[2]
-    if not (isinstance(mode.default, str) or mode.annotation in (str, "str")):
-        return None
-    call = contract.signature.split(" ->")[0]
-    inputs = ", ".join(get_contract("reduction").input_names)
-    bind = "" if isinstance(mode.default, str) else (f"bind its {mode.name} (a lambda or functools.partial) and ")
-    return (f"no contract was declared, so it is checked as the {contract.name} diagnostic, {call}, but its third "
-            f"parameter, {mode.name}, looks like a loss reduction's mode: if it is a reduction of ({inputs}), "
-            f"{bind}{DECLARE_MODE}")
 
 
 def _foreign_framework(function: Callable[..., Any], framework: str, libraries: Iterable[str]) -> str | None:
@@ -67,19 +39,20 @@ def _foreign_framework(function: Callable[..., Any], framework: str, libraries: 
     one's (`torch.where`, or `where` imported from torch, in a function given jax arrays)."""
     used = _libraries_used(function)
     own = list(dict.fromkeys(library.split(".")[0] for library in libraries))
-    if used.intersection(own):
-        return None
-    foreign = [library for library in FRAMEWORK_OF_LIBRARY if library in used]
-    if not foreign:
+    foreign = [library for library in FRAMEWORK_LIBRARIES if library in used and library not in own]
+    # torch and JAX code often uses NumPy too (constants, dtypes): beside either, NumPy says nothing of the framework
+    telling = set(own) - ({"numpy"} if set(foreign) & {"torch", "jax"} else set())
+    if not foreign or used & telling:
         return None
     named = LIBRARY_OF_FRAMEWORK.get(framework, " or ".join(own))
-    return (f"its code uses {' and '.join(foreign)}, not {named}, and it is given {framework}'s arrays: written for "
-            f"--framework {FRAMEWORK_OF_LIBRARY[foreign[0]]}?")
+    besides = "" if named in used else f", not {named},"
+    return (f"its code uses {' and '.join(foreign)}{besides} and it is given {framework}'s arrays: written for "
+            f"--framework {foreign[0]}?")
 
 
 def _libraries_used(function: Callable[..., Any]) -> set[str]:
     """The top-level packages of the global names the function's code uses (`torch.where`, `jnp.sum`, a `where`
-    imported from torch), following its wrappers, its closure, and the plain functions of its own module it calls."""
+    imported from torch), following its wrappers, its closure, and the functions of its own module it calls."""
     found: set[str] = set()
     seen: set[int] = set()
     pending = [(inner, 0) for inner in _unwrapped(function)]
@@ -94,11 +67,11 @@ def _libraries_used(function: Callable[..., Any]) -> set[str]:
             with contextlib.suppress(ValueError):  # a closure variable not yet assigned
                 values.append(cell.cell_contents)
         for value in values:
-            library = _library_of(value)
-            if library is not None:
+            if isinstance(value, types.FunctionType) and value.__globals__ is globals_:  # a helper beside it
+                if depth < _DEPTH:
+                    pending.append((value, depth + 1))
+            elif (library := _library_of(value)) is not None:
                 found.add(library)
-            elif isinstance(value, types.FunctionType) and depth < _DEPTH:  # a helper of the user's: what it uses
-                pending.append((value, depth + 1))
     return found
 
 
@@ -113,12 +86,11 @@ def _names(code: types.CodeType) -> set[str]:
 
 
 def _library_of(value: Any) -> str | None:
-    """The top-level package a module, or a function or class of a framework, belongs to (None for the user's own)."""
+    """The top-level package of a module, or of a function or class it defines (None for other values)."""
     if isinstance(value, types.ModuleType):
         return value.__name__.split(".")[0]
     module = getattr(value, "__module__", None) if callable(value) else None
-    root = module.split(".")[0] if isinstance(module, str) else None
-    return root if root in FRAMEWORK_OF_LIBRARY else None
+    return module.split(".")[0] if isinstance(module, str) else None
 
 
 def _unwrapped(function: Any) -> list[Any]:

@@ -150,7 +150,7 @@ def function_subject(name: str, function: Callable[..., Any], framework: str, im
     return Subject(name, adapter.wrap(function, framework, contract), adapter, contract, import_lines, function_name,
                    wrap=wrap, precision=PRECISIONS[spec.precision], compiled=wrap is not None,
                    masked_values=spec.masked_values,
-                   misfit=misfit_hint(function, adapter_name, adapter.modules, contract))
+                   misfit=misfit_hint(function, adapter_name, adapter.modules))
 
 
 def check_subject(spec: SubjectSpec) -> Subject:
