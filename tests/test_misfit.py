@@ -11,7 +11,7 @@ import re
 import pytest
 
 from fuzz import check
-from fuzz.judge.misfit import misfit_hint
+from fuzz.judge.misfit import misfit_of
 from fuzz.loader import CallShapeError, check_call_shape
 from reference.contracts import get_contract
 
@@ -166,10 +166,25 @@ def test_the_framework_is_read_from_the_names_the_code_uses(tmp_path, name, fram
 
     function = load_target(_module(tmp_path, "mixed", FROM_IMPORTS) + f":{name}").function
     libraries = {"numpy": ("numpy", "ml_dtypes"), "jax": ("jax", "jax.numpy"), "torch": ("torch",)}[framework]
-    hint = misfit_hint(function, framework, libraries)
+    misfit = misfit_of(function, framework, libraries, get_contract("reduction", {"mode": "token-mean"}))
+    hint = misfit and misfit.on_raise
     assert (hint is None) if expected is None else (expected in hint), hint
 
 
 @pytest.mark.parametrize("fn", [_TakesAnything(), _AnswersEveryAttribute(), max, _logged(_raises)])
 def test_a_function_that_cannot_be_read_gets_no_hint(fn):
-    assert misfit_hint(fn, "jax", ("jax",)) is None
+    assert misfit_of(fn, "jax", ("jax",), get_contract("reduction", {"mode": "grpo"})) is None
+
+
+def test_a_mode_left_at_a_default_naming_another_is_said_beside_any_failure(tmp_path):
+    """verl's `agg_loss` with its mode defaulted to token-mean, checked as seq-mean-token-mean without binding it:
+    its wrong loss is the token mean, and the hint says why. Bound, or declared as its default, nothing is said."""
+    target = _module(tmp_path, "verl_like", AGG_LOSS) + ":agg_loss"
+    report = check(target, framework="numpy", reduction="seq-mean-token-mean", **FEW)
+    hint = ("\nhint: its loss_agg_mode defaults to 'token-mean', where seq-mean-token-mean is declared: bind it? "
+            "(`functools.partial(agg_loss, loss_agg_mode=...)`)")
+    assert not report.ok and all(failure.message.endswith(hint) for failure in report.failures)
+    contract = get_contract("reduction", {"mode": "bnpo"})  # an alias of token-mean: the default is that mode
+    assert misfit_of(_reduction_with_mode, "numpy", ("numpy",), contract) is None
+    assert misfit_of(functools.partial(_reduction_with_mode, mode="grpo"), "numpy", ("numpy",),
+                     get_contract("reduction", {"mode": "grpo"})) is None

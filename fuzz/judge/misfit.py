@@ -1,8 +1,9 @@
-"""What about a user's function may explain why it raises or returns the wrong structure, said beside that
-failure: code written for one framework given another's arrays (`--framework jax` on a torch function). Read from
-the function itself, once, before any call; it changes no verdict, and may not fail a check: a function that
-cannot be read gets no hint. (A reduction checked as the default contract is refused before any call:
-fuzz/loader.py.)"""
+"""What about a user's function may explain its failures, said beside them: code written for one framework given
+another's arrays (`--framework jax` on a torch function), beside a raise or a wrong structure; a mode parameter
+left at a default that names another mode than the declared one (`loss_agg_mode="token-mean"` under
+`--reduction seq-mean-token-mean`), beside any failure. Read from the function itself, once, before any call; it
+changes no verdict, and may not fail a check: a function that cannot be read gets no hint. (A reduction checked as
+the default contract is refused before any call: fuzz/loader.py.)"""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import functools
 import inspect
 import types
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from fuzz.judge.verdict import STRUCTURE, Verdict
+from reference.contract import Contract
+from reference.contracts import get_contract
 
 # The libraries whose names a function uses that say which --framework it was written for (each that framework's
 # name), and how a framework's own library is named in a hint (the Array API's arrays come from array_api_strict,
@@ -24,14 +28,50 @@ LIBRARY_OF_FRAMEWORK = {"torch": "torch", "jax": "jax", "numpy": "numpy", "array
 _DEPTH = 8  # how far wrappers and helper functions are followed: a proxy may answer any attribute with a new one
 
 
-def misfit_hint(function: Callable[..., Any], framework: str, libraries: Iterable[str]) -> str | None:
-    """What a raise or a wrong structure of `function`, called on the arrays of `framework` (an adapter's name,
-    whose adapter loads `libraries`), may come from: None where nothing in the function suggests a misfit, or
-    where it cannot be read."""
+@dataclass(frozen=True)
+class Misfit:
+    """What a function's failures may come from: `on_raise` beside a raise or a wrong structure, `on_any` beside
+    any failure."""
+
+    on_raise: str | None = None
+    on_any: str | None = None
+
+
+def misfit_of(function: Callable[..., Any], framework: str, libraries: Iterable[str],
+              contract: Contract) -> Misfit | None:
+    """What `function`'s failures may come from, called as `contract` says on the arrays of `framework` (an
+    adapter's name, whose adapter loads `libraries`): None where nothing in the function suggests a misfit."""
+    found = Misfit(_guarded(_foreign_framework, function, framework, libraries),
+                   _guarded(_unbound_mode, function, contract))
+    return found if found.on_raise or found.on_any else None
+
+
+def _guarded(read: Callable[..., str | None], *arguments: Any) -> str | None:
     try:
-        return _foreign_framework(function, framework, libraries)
+        return read(*arguments)
     except Exception:  # an object that answers introspection oddly: it gets no hint, never a failed check
         return None
+
+
+def _unbound_mode(function: Callable[..., Any], contract: Contract) -> str | None:
+    """A parameter after the reduction's inputs that the call leaves at its default, a string naming another mode
+    than the declared one: the function computes that mode, unless its mode is bound."""
+    if "mode" not in (contract.bound or {}):
+        return None
+    parameters = list(inspect.signature(function).parameters.values())[len(contract.input_names):]
+    for parameter in parameters:
+        if isinstance(parameter.default, str) and parameter.name not in contract.keywords:
+            try:
+                named = get_contract(contract.name, {"mode": parameter.default}).bound["mode"]
+            except ValueError:  # not a mode's name
+                continue
+            if named != contract.bound["mode"]:
+                alias = "" if named == parameter.default else f" ({named})"
+                shown = getattr(function, "__name__", "fn")
+                return (f"its {parameter.name} defaults to {parameter.default!r}{alias}, where "
+                        f"{contract.bound['mode']} is declared: bind it? (`functools.partial({shown}, "
+                        f"{parameter.name}=...)`)")
+    return None
 
 
 def _foreign_framework(function: Callable[..., Any], framework: str, libraries: Iterable[str]) -> str | None:
@@ -107,11 +147,14 @@ def _unwrapped(function: Any) -> list[Any]:
     return chain
 
 
-def add_misfit_hint(verdict: Verdict, hint: str | None) -> None:
-    """The hint beside the verdict's first failure where it raised or returned the wrong structure: on a line of
-    its own, as no part of what the function raised."""
-    if hint is None or not verdict.failures:
+def add_misfit_hint(verdict: Verdict, misfit: Misfit | None) -> None:
+    """The hints beside the verdict's first failure, each where it applies: on a line of its own, as no part of
+    what the function raised."""
+    if misfit is None or not verdict.failures:
         return
     first = verdict.failures[0]
-    if (first.kind.startswith("raised ") or first.kind == STRUCTURE) and hint not in first.message:
-        verdict.failures[0] = type(first)(first.kind, f"{first.message}\nhint: {hint}")
+    raised = first.kind.startswith("raised ") or first.kind == STRUCTURE
+    hints = [hint for hint in (misfit.on_raise if raised else None, misfit.on_any)
+             if hint is not None and hint not in first.message]
+    if hints:
+        verdict.failures[0] = type(first)(first.kind, first.message + "".join(f"\nhint: {hint}" for hint in hints))

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fuzz.judge.misfit import Misfit
 from impls.frameworks import Framework
 from reference.contract import Contract
 from reference.tolerance import CONTRACT, Precision
@@ -31,7 +32,7 @@ class Subject:
     bind: Callable[[Contract], Callable[..., Any]] | None = None
     draws_parameters: bool = False  # each example draws the declared parameters (the campaign's built-ins)
     key: tuple[str, str] | None = None  # how a rank process finds the function (fuzz/engines/): a built-in or a TARGET
-    misfit: str | None = None  # a user's function: said beside a raise or a wrong structure (fuzz/judge/misfit.py)
+    misfit: Misfit | None = None  # a user's function: what its failures may come from (fuzz/judge/misfit.py)
 
     def function_for(self, contract: Contract) -> Callable[..., Any] | None:
         """The function to call on a case of `contract`: its own, or where it can be bound, the one for that

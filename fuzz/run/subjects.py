@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fuzz.judge.misfit import misfit_hint
+from fuzz.judge.misfit import misfit_of
 from fuzz.judge.subject import Subject
 from fuzz.loader import LoadError, check_call_shape, load_target
 from fuzz.report.snippet import SnippetSource
@@ -150,7 +150,7 @@ def function_subject(name: str, function: Callable[..., Any], framework: str, im
     return Subject(name, adapter.wrap(function, framework, contract), adapter, contract, import_lines, function_name,
                    wrap=wrap, precision=PRECISIONS[spec.precision], compiled=wrap is not None,
                    masked_values=spec.masked_values,
-                   misfit=misfit_hint(function, adapter_name, adapter.modules))
+                   misfit=misfit_of(function, adapter_name, adapter.modules, contract))
 
 
 def check_subject(spec: SubjectSpec) -> Subject:
