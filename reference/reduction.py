@@ -522,6 +522,24 @@ def _epsilon_candidates(expected: Exact, tokens: int, divisor: int) -> list[Cand
     return found
 
 
+def _off_by_one_candidates(expected: Exact, tokens: int, divisor: int) -> list[Candidate]:
+    """The declared mode with its token counts off by one (a token more or less counted than selected: an end or
+    prompt token, a shifted mask, a length minus one), N for the token mean and each row's n_i for the per-sequence
+    mean. Before the other modes: in half precision a count off by one moves the loss by about as much as another
+    mode may differ from the declared one, and the slip of the declared mode is the likelier."""
+    found: list[Candidate] = []
+    for step in (1, -1):
+        sign = "+" if step > 0 else "-"
+        if expected.mode == TOKEN_MEAN and tokens + step > 0:
+            found.append((f"the exact sum / {tokens + step}, N {sign} 1: the token count off by one?",
+                          _uniform(expected, 1.0 / (tokens + step))))
+        counts = expected.counts + step
+        if expected.mode == SEQ_MEAN_TOKEN_MEAN and divisor and np.all(counts[expected.counts > 0] > 0):
+            found.append((f"the exact {expected.mode} with each row's n_i {sign} 1: the rows' token counts off by one?",
+                          _per_row(expected, counts.astype(np.float64), divisor)))
+    return found
+
+
 # Where a count by ones kept in a half-precision dtype stops: n + 1 rounds back to n (to even) from there on.
 RUNNING_COUNT_LIMITS = {"bfloat16": 256, "float16": 2048}
 
@@ -604,9 +622,11 @@ def _candidates(expected: Exact, observed: float | None, unit: float = 0.0) -> l
             else:
                 name = candidate + (f" (rows={convention})" if candidate in ROW_MODES else "")
                 found.append((f"the exact {name}, where {mode} is declared?", weights))
-        if candidate == mode == SEQ_MEAN_TOKEN_MEAN and divisor:  # the declared mode's last slip, before other modes
+        if candidate == mode == SEQ_MEAN_TOKEN_MEAN and divisor:
             found.append(("the rows' means summed without the 1/D: the mean over the rows left out?",
                           _per_row(expected, expected.counts.astype(np.float64), 1.0)))
+        if candidate == mode:  # the declared mode's last slip, its counts, before other modes
+            found.extend(_off_by_one_candidates(expected, tokens, divisor))
     found.extend(_running_count_candidates(expected, tokens, divisor))  # rarer than another mode: after them
     if mode == SEQ_MEAN_TOKEN_SUM_NORM and divisor:  # read off the value, so the least likely: last
         ratio = 1.0 / (divisor * observed) if observed else math.inf

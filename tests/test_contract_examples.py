@@ -342,6 +342,22 @@ def test_a_sum_kept_in_half_precision_is_named(dtype):
     assert "accumulated in" not in (explain(wide, {"loss": np.array(running)}) or "")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_count_off_by_one_is_named_before_another_mode(dtype):
+    """The book's example: a token mean over 16 tokens for its 15, and per-sequence means over 6 and 11, are named
+    as counts off by one, first, in float32 and in bfloat16 (where another mode may lie within its allowance)."""
+    from reference.reduction import explain
+
+    contract = get_contract("reduction")
+    for name, wrong, named in [("per-token", 33 / 16, "the exact sum / 16, N + 1: the token count off by one?"),
+                               ("per-sequence", (14 / 6 + 19 / 11) / 2, "the exact seq-mean-token-mean with each "
+                                                                         "row's n_i + 1: the rows' token counts off by "
+                                                                         "one?")]:
+        example = next(example for example in contract.examples if example.name == f"the book's example, {name}")
+        said = explain(_case(contract, example, dtype, "cpu"), {"loss": np.array(wrong)})
+        assert said is not None and said.split(", ", 1)[1].startswith(named), said
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_a_count_off_by_one_is_never_named_a_sum_kept_in_half_precision(dtype):
     """T / (N + 1), T / (N - 1) and a dropped token lower a loss's magnitude by about as much as a running sum in

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -314,17 +315,22 @@ needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                     reason=f"{CHROMIUM} not installed (Debian: apt-get install chromium)")
 
 
-def _browser_env(tmp_path: Path) -> dict[str, str]:
-    """Chromium's environment: its own temporary files (a profile's lock socket, left behind in a folder of its own)
-    go into the test's folder, not the machine's /tmp."""
-    return {**os.environ, "TMPDIR": str(tmp_path)}
+def _browser_tmp() -> str:
+    """A folder for Chromium's own temporary files (a profile's lock socket, which it leaves behind in a folder of
+    its own), removed after the run. Short, at the machine's temporary root: a socket's path must fit in 108
+    bytes, which a pytest-xdist test's own folder does not leave room for."""
+    return tempfile.mkdtemp(prefix="lossnorm-chromium-")
 
 
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     """One headless run with its own profile, so parallel tests never share one."""
     profile = tempfile.mkdtemp(dir=tmp_path, prefix="profile-")
-    return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True,
-                          timeout=120, check=False, env=_browser_env(tmp_path))
+    scratch = _browser_tmp()
+    try:
+        return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True,
+                              timeout=120, check=False, env={**os.environ, "TMPDIR": scratch})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _console(stderr: str, url: str) -> list[str]:
@@ -363,10 +369,11 @@ class DevTools:
             os.dup2(moved[1], 4)
 
         # pass_fds keeps 3 and 4 open through exec (subprocess closes the others after arrange() ran)
+        self._scratch = _browser_tmp()
         self.process = subprocess.Popen([CHROMIUM, *FLAGS, "--remote-debugging-pipe", f"--user-data-dir={profile}",
                                          "about:blank"], pass_fds=(3, 4), preexec_fn=arrange,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        env=_browser_env(Path(profile).parent))
+                                        env={**os.environ, "TMPDIR": self._scratch})
         os.close(browser_in)
         os.close(browser_out)
         self._buffer, self._next, self.events = b"", 0, []
@@ -422,6 +429,7 @@ class DevTools:
             os.close(fd)
         self.process.kill()
         self.process.wait(timeout=30)
+        shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 @needs_chromium
