@@ -9,14 +9,14 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from fuzz.report.binding import module_attribute_line, module_file_lines
 from fuzz.report.texts import a_type_name
 
-# How a hint tells a reduction checked as the default contract to declare itself (here and in fuzz/judge/misfit.py).
+# How a hint tells a reduction checked as the default contract to declare itself.
 DECLARE_MODE = "declare its mode (--reduction MODE on the command line, reduction=... in check)"
 
 
@@ -51,6 +51,11 @@ def check_call_shape(function: Callable[..., Any], contract: Any, name: str,
         _refuse_a_reduction_as_the_default(function, contract, name)
 
 
+def _positional(parameters: Iterable[inspect.Parameter]) -> list[inspect.Parameter]:
+    """The parameters a call's arguments by position fill, in order."""
+    return [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
 def _mode_parameter(parameter: inspect.Parameter) -> bool:
     """A parameter that holds a reduction's mode: defaulted to a string, annotated as one, or named as trainers name
     one (verl's `loss_agg_mode`, TRL's `loss_type`, a `reduction`), which no mask is."""
@@ -70,7 +75,7 @@ def _refuse_a_reduction_as_the_default(function: Callable[..., Any], contract: A
         parameters = list(inspect.signature(function).parameters.values())  # the function written, past decorators
     except (TypeError, ValueError):
         return
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    positional = _positional(parameters)
     if len(positional) < len(contract.input_names) or not _mode_parameter(mode := positional[2]):
         return
     inputs = ", ".join(get_contract("reduction").input_names)
@@ -96,7 +101,7 @@ def _bind_them(signature: inspect.Signature, contract: Any, rank_call: object, f
     if rank_call is not None:
         return ""
     passed = len(contract.input_names)
-    positional = [p for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    positional = _positional(signature.parameters.values())
     missing = [p.name for p in positional[passed:] if p.default is p.empty and p.name not in contract.keywords]
     missing += [p.name for p in signature.parameters.values()
                 if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in contract.keywords]

@@ -648,14 +648,14 @@ def _input_dtype_sums(case: Case, expected: Exact) -> list[tuple[str, float, flo
         return []
     native = np.where(case.token_mask, case.token_losses, 0.0).astype(numpy_dtype(case.dtype))
     weights = row_weights(expected)
-    with np.errstate(over="ignore"):  # a sum past the dtype's range is left out below
-        rows = np.cumsum(native, axis=1)[:, -1].astype(np.float64)
-        batch = np.cumsum(native.ravel())[-1:].astype(np.float64)
-    ways = [(f"each row's sum accumulated in {case.dtype} one token at a time", rows, weights)]
+    ways = [(f"each row's sum accumulated in {case.dtype} one token at a time", native, weights)]
     if np.all(weights == weights[0]):
-        ways.append((f"the batch's sum accumulated in {case.dtype} one position at a time", batch, weights[:1]))
+        ways.append((f"the batch's sum accumulated in {case.dtype} one position at a time", native.reshape(1, -1),
+                     weights[:1]))
     found: list[tuple[str, float, float]] = []
-    for how, sums, weighed in ways:
+    for how, terms, weighed in ways:
+        with np.errstate(over="ignore"):  # a sum past the dtype's range is left out below
+            sums = np.cumsum(terms, axis=1)[:, -1].astype(np.float64)
         if not np.isfinite(sums).all():  # beyond the dtype's range: an overflow, named as one elsewhere
             continue
         value = _weighted(weighed, sums)
@@ -715,19 +715,21 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
     if abs(got - exact_loss) <= scale:  # right under the contract precision: no mistake to name
         return None
     observed = got / expected.total if expected.total else None
+    def named(value: float, allowance: float) -> bool:  # got is that mistake's value, and the exact loss is not
+        return abs(got - value) <= allowance and abs(value - exact_loss) > scale and abs(got - value) < abs(
+            got - exact_loss)
+
     matches = []
     loss_unit = unit_roundoff(accumulation_dtype(case.dtype))  # the loss is float32 for half inputs
     for text, weights in _candidates(expected, observed, loss_unit):
         value = _value(expected, weights)
-        if (abs(got - value) <= 2 * scale + 8 * unit_roundoff(case.dtype) * abs(value)
-                and abs(value - exact_loss) > scale and abs(got - value) < abs(got - exact_loss)):
+        if named(value, 2 * scale + 8 * unit_roundoff(case.dtype) * abs(value)):
             matches.append((text, value))
     # a rounding's slip after the formulas', held closer: its sums are exact as simulated, and only the few steps
     # after them round, in the loss's dtype (the input's, where the loss is one of its values, else float32)
     output = case.dtype if float(round_to(np.array(got), case.dtype)) == got else accumulation_dtype(case.dtype)
     for text, value, magnitude in _input_dtype_sums(case, expected):
-        if (abs(got - value) <= 4 * unit_roundoff(output) * magnitude + smallest_subnormal(output)
-                and abs(value - exact_loss) > scale and abs(got - value) < abs(got - exact_loss)):
+        if named(value, 4 * unit_roundoff(output) * magnitude + smallest_subnormal(output)):
             matches.append((text, value))
     if not matches:
         return None

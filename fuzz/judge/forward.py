@@ -80,13 +80,11 @@ EMPTY_ROW = "a row selects no token"
 FLOAT32_INSIDE_FLOAT64 = "within float32's error bound: computed in float32 inside float64 code?"
 
 
-def _float32_hint(case: Case, key: str, value: np.ndarray, want: np.ndarray, precision: Precision) -> str | None:
-    """A float64 output off by what float32 arithmetic would give: within twice float32's bound for the same
-    exact values (rounding the float64 inputs to float32 adds at most one more term of that bound)."""
-    if case.dtype != "float64":
-        return None
-    bound = case.contract.tolerance(exact_results(case), "float32", precision)[key]
-    if np.max(error_ratio(value, want, bound), initial=0.0) > 2:
+def float32_hint(dtype: str, got: np.ndarray, want: np.ndarray, float32_bound: Callable[[], np.ndarray]) -> str | None:
+    """A float64 value (an output, a gradient) off by what float32 arithmetic would give: within twice float32's
+    bound for the same exact values (rounding the float64 inputs to float32 adds at most one more term of that
+    bound). `float32_bound` works that bound out, only for a float64 case."""
+    if dtype != "float64" or np.max(error_ratio(got, want, float32_bound()), initial=0.0) > 2:
         return None
     return FLOAT32_INSIDE_FLOAT64
 
@@ -118,7 +116,8 @@ def compare_values(got: ReadBack, case: Case, precision: Precision) -> Verdict:
             at = "" if where is None else f"[{where}]"
             got_at, want_at = (value[where], want[where]) if where is not None else (value, want)
             hint = contract.explain(case, got.values) if contract.explain is not None else None
-            hint = hint or _float32_hint(case, key, value, want, precision)
+            hint = hint or float32_hint(case.dtype, value, want, lambda key=key: contract.tolerance(
+                expected, "float32", precision)[key])
             verdict.fail(
                 out_of_tolerance(key),
                 f"{key}{at} = {float(got_at)!r}, expected {float(want_at)!r} "

@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from fuzz.judge.draws import draw_cotangents
-from fuzz.judge.forward import FLOAT32_INSIDE_FLOAT64, empty_selection, non_finite_hint, said_once
+from fuzz.judge.forward import empty_selection, float32_hint, non_finite_hint, said_once
 from fuzz.judge.outputs import GRADIENT_STRUCTURE, check_gradient_arrays, check_outputs, modified_inputs
 from fuzz.judge.verdict import Verdict, call_safely, named_by_forward_alone, out_of_tolerance, same_bits
 from reference.case import Case
@@ -54,18 +54,6 @@ def _non_finite(name: str, values: np.ndarray, overflow: str | None, mask: np.nd
     hint = said_once(hinted, f"{empty}: a division by its count of 0 guarded by a where (whose other branch's inf "
                      f"or NaN still reaches the backward){epsilon}?" if empty else None, name)
     return GRADIENT_NON_FINITE, f"{name} is not finite: {seen}" + (f": {hint}" if hint else "")
-
-
-def _float32_hint(case: Case, name: str, got: np.ndarray, want: np.ndarray, exact: Any,
-                  cotangents: dict[str, np.ndarray], precision: Precision) -> str | None:
-    """A float64 gradient off by what float32 arithmetic would give: within twice float32's bound for the same
-    exact values, as the forward's hint (fuzz/judge/forward.py) reads an output."""
-    if case.dtype != "float64":
-        return None
-    bound = case.contract.gradient_tolerance(exact, cotangents, "float32", precision)[name][0]
-    if np.max(error_ratio(got, want, bound), initial=0.0) > 2:
-        return None
-    return FLOAT32_INSIDE_FLOAT64
 
 
 def outputs_finite(adapter: Any, case: Case, result: Any) -> bool | None:
@@ -147,7 +135,8 @@ def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Any, cotan
                 hint = contract.explain_gradient(case, cotangents, {spec.name: got})
             else:
                 hint = None
-            hint = hint or _float32_hint(case, spec.name, got, want, exact, cotangents, precision)
+            hint = hint or float32_hint(case.dtype, got, want, lambda name=spec.name: contract.gradient_tolerance(
+                exact, cotangents, "float32", precision)[name][0])
             verdict.fail(
                 out_of_tolerance(name),
                 f"{name}{list(map(int, at))} = {float(got[at])!r}, expected {float(want[at])!r} "

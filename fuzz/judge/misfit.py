@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from fuzz.judge.verdict import STRUCTURE, Verdict
+from fuzz.judge.verdict import STRUCTURE, Failure, Verdict
 from reference.contract import Contract
 from reference.contracts import get_contract
 
@@ -157,4 +157,4 @@ def add_misfit_hint(verdict: Verdict, misfit: Misfit | None) -> None:
     hints = [hint for hint in (misfit.on_raise if raised else None, misfit.on_any)
              if hint is not None and hint not in first.message]
     if hints:
-        verdict.failures[0] = type(first)(first.kind, first.message + "".join(f"\nhint: {hint}" for hint in hints))
+        verdict.failures[0] = Failure(first.kind, first.message + "".join(f"\nhint: {hint}" for hint in hints))
