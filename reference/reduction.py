@@ -665,6 +665,20 @@ def _input_dtype_sums(case: Case, expected: Exact) -> list[tuple[str, float, flo
     return found
 
 
+def _unmasked_sums(case: Case, expected: Exact) -> list[tuple[str, float, float]]:
+    """The declared mode's loss with every row's sum taken over all its positions, the masked-out ones too (ROLL's
+    token-mean summed `loss_mat` unmasked), where those are finite and not all 0: the mask left out of the
+    numerator, its counts kept. With the magnitude its sums round at."""
+    losses, mask = case.token_losses, case.token_mask
+    if not losses.size or mask.all() or not np.isfinite(losses).all() or not losses[~mask].any():
+        return []
+    weights = row_weights(expected)
+    sums = np.array([math.fsum(row) for row in losses])
+    magnitude = float(np.sum(np.abs(weights) * np.abs(losses).sum(axis=1)))
+    return [(f"the exact {expected.mode} with the masked-out values summed too: the mask left out of the sum?",
+             _weighted(weights, sums), magnitude)]
+
+
 def _weighted(weights: np.ndarray, sums: np.ndarray) -> float:
     """sum_i w_i s_i, rounded once."""
     return float(sum((Fraction(float(w)) * Fraction(float(s)) for w, s in zip(weights, sums) if w), Fraction(0)))
@@ -730,6 +744,10 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
     output = case.dtype if float(round_to(np.array(got), case.dtype)) == got else accumulation_dtype(case.dtype)
     for text, value, magnitude in _input_dtype_sums(case, expected):
         if named(value, 4 * unit_roundoff(output) * magnitude + smallest_subnormal(output)):
+            matches.append((text, value))
+    # the padding summed in: its sums round as the declared mode's formulas may, at the padding's magnitude
+    for text, value, magnitude in _unmasked_sums(case, expected):
+        if named(value, 2 * scale + 8 * unit_roundoff(case.dtype) * magnitude):
             matches.append((text, value))
     if not matches:
         return None

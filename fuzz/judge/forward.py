@@ -13,7 +13,7 @@ from fuzz.judge.outputs import ReadBack, check_outputs, modified_inputs
 from fuzz.judge.verdict import FORWARD_OVERFLOW, NON_FINITE, Verdict, call_safely, out_of_tolerance, same_bits
 from impls.frameworks import Framework
 from reference.case import Case
-from reference.dtypes import round_to
+from reference.dtypes import largest, round_to
 from reference.exact import exact_results, exact_tolerance
 from reference.tolerance import CONTRACT, Precision, error_ratio, ulp_error
 
@@ -40,6 +40,8 @@ def non_finite_hint(case: Case) -> str | None:
             why = "0 * inf is NaN" if any(value != "nan" for value in special) else "0 * NaN is NaN"
             hints.append(f"masked-out {spec.name} hold {', '.join(special)}: multiplied by the mask ({why}) rather "
                          "than selected with a where?")
+        elif hint := _overflowing_padding(spec.name, held, mask, case.dtype):
+            hints.append(hint)
     if empty := empty_selection(mask):
         whose = "its" if empty == EMPTY_ROW else "a"
         # the epsilon trainers add to a count instead of clamping it (1e-8) is below float16's smallest value
@@ -52,6 +54,22 @@ def non_finite_hint(case: Case) -> str | None:
     if mask.ndim and mask.shape[-1] == 0:  # what a length read from the shape is, where there is nothing to select
         hints.append("a length taken from the shape (the padded width, 0 here)?")
     return "; or ".join(hints) or None
+
+
+def _overflowing_padding(name: str, held: np.ndarray, mask: np.ndarray, dtype: str) -> str | None:
+    """Finite masked-out values that a row's sum over every position carries past the dtype's range, where the
+    selected ones alone stay in it: a sum taken before the masking (or a `row.sum() * 0.0` that keeps a graph
+    connected) is inf there, and inf times a 0 mask or weight is NaN."""
+    if not held.size or held.ndim != mask.ndim:
+        return None
+    every = np.abs(held).sum(axis=-1)
+    selected = np.abs(np.where(mask, held, 0.0)).sum(axis=-1)
+    limit = largest(dtype)
+    if not (every >= limit).any() or (selected >= limit).any():
+        return None
+    return (f"masked-out {name} are finite but large (up to {float(np.abs(held[~mask]).max()):.3g}): a sum over a "
+            f"row that includes them overflows {dtype} to inf, and inf times 0 (a mask, or a `* 0.0` kept for the "
+            "graph) is NaN: select with a where before summing?")
 
 
 def said_once(hinted: dict[str, str], hint: str | None, name: str) -> str | None:
