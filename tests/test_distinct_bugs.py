@@ -196,10 +196,13 @@ def test_finite_padding_that_a_row_sum_carries_past_the_range_is_named():
     contract = get_contract("reduction")
     huge = {"token_losses": [[1.0, 40000.0, 40000.0]], "token_mask": [[True, False, False]], "contract": contract}
     hint = non_finite_hint(Case(dtype="float16", **huge))
-    assert hint == ("masked-out token_losses are finite but large (up to 4e+04): a sum over a row that includes them "
-                    "overflows float16 to inf, and inf times 0 (a mask, or a `* 0.0` kept for the graph) is NaN: "
-                    "select with a where before summing?"), hint
+    assert hint == ("masked-out token_losses are finite but large (up to 4e+04): a sum that includes them overflows "
+                    "float16 to inf, and inf times 0 (a mask, or a `* 0.0` kept for the graph) is NaN: select with a "
+                    "where before summing?"), hint
     assert non_finite_hint(Case(dtype="float32", **huge)) is None
+    # padding whose values cancel in the row's sum overflows nothing
+    cancelling = {**huge, "token_losses": [[1.0, 40000.0, -40000.0]]}
+    assert non_finite_hint(Case(dtype="float16", **cancelling)) is None
 
 
 def _graph_anchor_sums_the_padding(token_losses, token_mask):  # the padding summed in float16, times 0
@@ -217,33 +220,6 @@ def test_a_nan_from_huge_finite_padding_is_explained_at_the_default_budget():
     assert not report.ok
     assert any(f.kind == "non-finite output" and "are finite but large" in f.message for f in report.failures), \
         report.failures
-
-
-def _fresh_constant_when_empty(token_losses, token_mask):  # ROLL before 3a7b01f9: float32 whatever the inputs
-    if not token_mask.any():
-        return np.asarray(0.0, dtype=np.float32)
-    return np.asarray(np.where(token_mask, token_losses, 0).sum() / token_mask.sum(), dtype=token_losses.dtype)
-
-
-def _python_sum_over_rows(token_losses, token_mask):  # a loop over the rows: a Python number where there are none
-    means = [np.where(m, x, 0).sum() / max(int(m.sum()), 1) for x, m in zip(token_losses, token_mask)]
-    return np.asarray(sum(means) / len(means), dtype=token_losses.dtype) if means else sum(means) / 1.0
-
-
-@pytest.mark.parametrize(("function", "mode", "said"), [
-    (_fresh_constant_when_empty, "token-mean", "loss has dtype float32, expected float64: the batch has no rows: a "
-                                               "constant returned for that (a fresh scalar has the framework's default "
-                                               "dtype, not the inputs')?"),
-    (_python_sum_over_rows, "seq-mean-token-mean",
-     "loss is a float, not a numpy.ndarray or NumPy scalar: the batch has no rows: a Python number returned for that, "
-     "or a Python sum over no rows?"),
-])
-def test_a_wrong_type_or_dtype_only_where_nothing_is_selected_names_that_branch(function, mode, said):
-    from fuzz import check
-
-    report = check(function, framework="numpy", reduction=mode, dtypes=["float64"], seed=0)
-    assert not report.ok
-    assert any(said in f.message for f in report.failures), report.failures
 
 
 def test_no_hint_where_the_case_holds_nothing_that_makes_a_usual_mistake_non_finite():

@@ -57,19 +57,20 @@ def non_finite_hint(case: Case) -> str | None:
 
 
 def _overflowing_padding(name: str, held: np.ndarray, mask: np.ndarray, dtype: str) -> str | None:
-    """Finite masked-out values that a row's sum over every position carries past the dtype's range, where the
-    selected ones alone stay in it: a sum taken before the masking (or a `row.sum() * 0.0` that keeps a graph
-    connected) is inf there, and inf times a 0 mask or weight is NaN."""
+    """Finite masked-out values that carry a sum over every position (a row's, or the batch's) past the dtype's
+    range, where the same sum of the selected ones stays in it: a sum taken before the masking (or a `sum() * 0.0`
+    that keeps a graph connected) is inf there, and inf times a 0 mask or weight is NaN."""
     if not held.size or held.ndim != mask.ndim:
         return None
-    every = np.abs(held).sum(axis=-1)
-    selected = np.abs(np.where(mask, held, 0.0)).sum(axis=-1)
+    selected = np.where(mask, held, 0.0)
+    sums = np.abs(np.append(held.sum(axis=-1), held.sum()))
+    selected_sums = np.abs(np.append(selected.sum(axis=-1), selected.sum()))
     limit = largest(dtype)
-    if not (every >= limit).any() or (selected >= limit).any():
+    if not (sums >= limit).any() or (selected_sums >= limit).any():
         return None
-    return (f"masked-out {name} are finite but large (up to {float(np.abs(held[~mask]).max()):.3g}): a sum over a "
-            f"row that includes them overflows {dtype} to inf, and inf times 0 (a mask, or a `* 0.0` kept for the "
-            "graph) is NaN: select with a where before summing?")
+    return (f"masked-out {name} are finite but large (up to {float(np.abs(held[~mask]).max()):.3g}): a sum that "
+            f"includes them overflows {dtype} to inf, and inf times 0 (a mask, or a `* 0.0` kept for the graph) is "
+            "NaN: select with a where before summing?")
 
 
 def said_once(hinted: dict[str, str], hint: str | None, name: str) -> str | None:

@@ -28,21 +28,6 @@ class ReadBack:
     dtypes: dict[str, str]
 
 
-# What code that branches on an empty selection usually returns there (ROLL before 3a7b01f9, slime on no rows)
-CONSTANT = "a constant returned for that (a fresh scalar has the framework's default dtype, not the inputs')?"
-NUMBER = "a Python number returned for that, or a Python sum over no rows?"
-
-
-def _nothing_selected(case: Case, guess: str) -> str:
-    """`: <where nothing is selected>: <guess>` where the case's mask selects nothing, else nothing: a wrong type or
-    dtype only there is the branch that handles an empty batch."""
-    mask = case.mask
-    if mask.any():
-        return ""
-    where = "the batch has no rows" if mask.ndim > 1 and mask.shape[0] == 0 else "no token is selected"
-    return f": {where}: {guess}"
-
-
 def check_outputs(result: Any, adapter: Framework, case: Case) -> tuple[ReadBack | None, Verdict]:
     """The result is the contract's structure of the framework's arrays, in an allowed dtype, on the case's
     device, with the case's shapes; read back as float64 (None where unusable)."""
@@ -60,12 +45,11 @@ def check_outputs(result: Any, adapter: Framework, case: Case) -> tuple[ReadBack
         value = outputs[spec.name]
         if not adapter.is_array(value):
             verdict.fail(STRUCTURE, f"{spec.name} is {a_type_name(value)}, not a "
-                                    f"{adapter.output_type or adapter.array_type}" + _nothing_selected(case, NUMBER))
+                                    f"{adapter.output_type or adapter.array_type}")
             continue
         dtype, shape = adapter.dtype_of(value), contract.output_shape(spec.name, sizes)
         if dtype not in allowed:
-            verdict.fail(STRUCTURE, f"{spec.name} has dtype {dtype}, expected {' or '.join(allowed)}"
-                         + _nothing_selected(case, CONSTANT))
+            verdict.fail(STRUCTURE, f"{spec.name} has dtype {dtype}, expected {' or '.join(allowed)}")
         if adapter.device_of(value) != case.device:
             verdict.fail(STRUCTURE, f"{spec.name} is on {adapter.device_of(value)}, expected {case.device}")
         if tuple(value.shape) != shape:
