@@ -15,6 +15,7 @@ from fuzz.judge.anchors import (
     FORWARD_FIXED_CASES,
     GRADIENT_FIXED_CASES,
     LONG_ROWS,
+    MANY_ROWS,
     MIXED_COUNTS,
     NO_FIXED_CASES,
     NOTHING_SELECTED,
@@ -38,7 +39,7 @@ from reference.dtypes import DTYPE_NAMES
 @pytest.mark.parametrize("dtype", DTYPE_NAMES)
 def test_each_fixed_case_is_the_case_it_names_and_every_draw_has_an_answer(contract_name, emphasis, dtype):
     contract = get_contract(contract_name)
-    for anchor in (MIXED_COUNTS, NOTHING_SELECTED, LONG_ROWS):
+    for anchor in (MIXED_COUNTS, NOTHING_SELECTED, LONG_ROWS, MANY_ROWS):
         data = AnchorDraws(anchor, contract)
         case = draw_case(drawer(data), dtypes=[dtype], layouts=["contiguous", "transposed"], contract=contract,
                          emphasis=emphasis)
@@ -48,14 +49,15 @@ def test_each_fixed_case_is_the_case_it_names_and_every_draw_has_an_answer(contr
             assert case.shape == (4, 7) and sorted(counts) == [0, 2, 5, 7], counts
         elif anchor is NOTHING_SELECTED:
             assert case.shape == (4, 7) and not case.mask.any()
-        else:  # past bfloat16's 256 in a row and float16's 2048 in the batch, every token selected, one sign
-            assert case.shape == (3, 1031) and case.mask.all()
+        else:  # past bfloat16's 256 in a row and float16's 2048 in the batch, or 4096 rows: every token selected,
+            # values of one sign
+            assert case.shape == ((3, 1031) if anchor is LONG_ROWS else (4096, 1)) and case.mask.all()
             one_sign = [name for name, menu in contract.domain.menus.items() if menu.one_sign is not None]
             assert one_sign  # every contract names a token input's kind of one sign
             for name in one_sign:
                 values = case.values[name]
                 assert np.all(values <= 0) or np.all(values >= 0), name
-                assert np.count_nonzero(values) > 1000, name
+                assert np.count_nonzero(values) > 3000, name
         cotangents = draw_cotangents(data, case, emphasis)
         assert any(np.any(value != 0) for value in cotangents.values())  # the fullest kind
         assert all(np.isfinite(value).all() for value in case.values.values() if value.dtype != bool)
@@ -68,7 +70,8 @@ def test_each_fixed_case_is_the_case_it_names_and_every_draw_has_an_answer(contr
 
 def test_gradient_cells_check_theirs_first_and_forward_cells_last():
     assert GRADIENT_FIXED_CASES.first == (MIXED_COUNTS, NOTHING_SELECTED) and not GRADIENT_FIXED_CASES.last
-    assert FORWARD_FIXED_CASES.last[0] is LONG_ROWS and not FORWARD_FIXED_CASES.first
+    assert FORWARD_FIXED_CASES.last == (LONG_ROWS, MANY_ROWS, MIXED_COUNTS, NOTHING_SELECTED)
+    assert not FORWARD_FIXED_CASES.first
     assert fixed_cases("gradients") is fixed_cases("gradients", split=True) is GRADIENT_FIXED_CASES
     assert fixed_cases("forward") is FORWARD_FIXED_CASES and fixed_cases("forward", split=True) is NO_FIXED_CASES
 
@@ -227,6 +230,28 @@ def test_a_count_kept_in_half_precision_fails_a_float32_cell_on_the_fixed_case(h
     (cell,) = report.cells
     assert not cell.ok and dict(cell.bugs[0].case.story)["fixed case"] == LONG_ROWS.name
     assert f"N = 3093 rounded to {half}: the token count kept in {half}" in cell.failures[0]
+
+
+def _rows_summed_in_input_dtype(token_losses, token_mask):
+    """A token-mean whose rows are each summed right (in float32, or float64), the batch's total then kept in the
+    input dtype row after row: a per-sample loop's running total (`total = total + row_loss`)."""
+    dtype = token_losses.dtype
+    accumulate = np.float64 if dtype == np.float64 else np.float32
+    total = dtype.type(0)
+    for row in np.where(token_mask, token_losses.astype(accumulate), 0):
+        total = dtype.type(total + row.sum().astype(dtype))
+    return np.asarray(accumulate(total) / max(int(token_mask.sum()), 1), dtype=accumulate)
+
+
+@pytest.mark.parametrize("half", ["bfloat16", "float16"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_sum_over_rows_kept_in_half_precision_fails_on_the_fixed_case_of_many_rows(half, seed):
+    """The draws' batches of at most 32 rows round such a total too few times to show; 4096 rows stall it."""
+    report = fuzz.check(_rows_summed_in_input_dtype, framework="numpy", reduction="token-mean", dtypes=[half],
+                        max_examples=1, seed=seed, gradients=False)
+    (cell,) = report.cells
+    assert not cell.ok and dict(cell.bugs[0].case.story)["fixed case"] == MANY_ROWS.name
+    assert f"the batch's sum accumulated in {half} one position at a time" in cell.failures[0]
 
 
 def test_a_forward_bug_the_draws_find_keeps_its_minimal_case():
