@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 Arrays = dict[str, np.ndarray]
 
 
+# How an explanation (Contract.explain, explain_gradient) joins the mistakes a wrong value equals, where a case
+# makes several coincide (in a batch of one token the padded width, every position and the count are all 1).
+ALTERNATIVES = "; or "
+
+
 @dataclass(frozen=True)
 class Input:
     """One argument of the function, in the order it is passed.

@@ -30,7 +30,18 @@ from fractions import Fraction
 import numpy as np
 
 from reference.case import Case
-from reference.contract import Comparison, Contract, Domain, Example, Input, Output, Parameter, Relation, ValueMenu
+from reference.contract import (
+    ALTERNATIVES,
+    Comparison,
+    Contract,
+    Domain,
+    Example,
+    Input,
+    Output,
+    Parameter,
+    Relation,
+    ValueMenu,
+)
 from reference.dtypes import (
     HALF_DTYPES,
     accumulation_dtype,
@@ -595,6 +606,8 @@ def _candidates(expected: Exact, observed: float | None, unit: float = 0.0) -> l
                           _uniform(expected, 1.0 / (divisor * padded))))
         found.append((f"the exact {mode} without the 1/D: sum / L_max alone?",
                       _uniform(expected, 1.0 / float(l_max or 1.0))))
+        found.append((f"the exact {mode} without the 1/L_max: sum / D alone, L_max left out?",
+                      _uniform(expected, 1.0 / divisor)))
     if mode != TOKEN_SUM:
         if batch and padded:
             found.append((f"the mean over all {batch}x{padded} positions: .mean() over the padding too?",
@@ -614,6 +627,8 @@ def _candidates(expected: Exact, observed: float | None, unit: float = 0.0) -> l
         for convention in (ROWS if candidate in ROW_MODES else ("all",)):
             if (candidate, convention) == (mode, rows if mode in ROW_MODES else "all"):
                 continue
+            if mode == SEQ_MEAN_TOKEN_SUM_NORM and (candidate, convention) == (SEQ_MEAN_TOKEN_SUM, rows):
+                continue  # named above as L_max left out
             weights = row_weights(replace(expected, mode=candidate, rows=convention, l_max=l_max or CAMPAIGN_L_MAX))
             if candidate == mode:  # the other rows convention
                 counted = "every row" if convention == "all" else "only the rows with a selected token"
@@ -631,7 +646,7 @@ def _candidates(expected: Exact, observed: float | None, unit: float = 0.0) -> l
     if mode == SEQ_MEAN_TOKEN_SUM_NORM and divisor:  # read off the value, so the least likely: last
         ratio = 1.0 / (divisor * observed) if observed else math.inf
         implied = _length_near(ratio, unit)
-        if implied is not None and implied not in (l_max, padded):
+        if implied is not None and implied not in (l_max, padded, 1):  # 1: L_max left out, named above
             found.append((f"the exact {mode} with L_max = {implied}, where L_max = {l_max:g} is declared: another "
                           "constant in the code?", _uniform(expected, 1.0 / (divisor * implied))))
     return found
@@ -751,7 +766,7 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
             matches.append((text, value))
     if not matches:
         return None
-    return f"it equals {matches[0][1]:.6g}, " + "; or ".join(text for text, _ in matches[:3])
+    return f"it equals {matches[0][1]:.6g}, " + ALTERNATIVES.join(text for text, _ in matches[:3])
 
 
 def explain_gradient(case: Case, cotangents: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> str | None:
@@ -781,7 +796,7 @@ def explain_gradient(case: Case, cotangents: dict[str, np.ndarray], got: dict[st
             matches.append(text)
     if not matches:
         return None
-    return "it is the gradient of " + "; or of ".join(matches[:3])
+    return "it is the gradient of " + f"{ALTERNATIVES}of ".join(matches[:3])
 
 
 # -------------------------------------------------------------------------------------------------- record

@@ -254,6 +254,39 @@ def test_a_sum_over_rows_kept_in_half_precision_fails_on_the_fixed_case_of_many_
     assert f"the batch's sum accumulated in {half} one position at a time" in cell.failures[0]
 
 
+def _fixed_length_over(divided_by_b_where):
+    """Fixed length computed as sum / B where `divided_by_b_where(B)` (L_max left out), else right (sum / (B L_max)):
+    NumPy, float32 arithmetic in float32 cells."""
+
+    def loss(token_losses, token_mask):
+        accumulate = np.float64 if token_losses.dtype == np.float64 else np.float32
+        total = np.where(token_mask, token_losses.astype(accumulate), 0).sum()
+        batch = token_losses.shape[0]
+        divisor = batch if divided_by_b_where(batch) else batch * 64
+        return np.asarray(total / max(divisor, 1), dtype=accumulate)
+
+    return loss
+
+
+def test_a_wrong_loss_its_shrunk_case_names_ambiguously_is_named_on_the_case_of_mixed_counts():
+    """Shrunk to one token, sum / B equals the padded width's, every position's and L_max left out's losses at once;
+    the report adds what it equals on the 4 x 7 batch of different counts, where only L_max left out matches. A
+    function right on that batch gets no such line."""
+    left_out = "the exact seq-mean-token-sum-norm without the 1/L_max: sum / D alone, L_max left out?"
+    line = f"on the fixed case '{MIXED_COUNTS.name}' (4 x 7), where they differ: it equals"
+    report = fuzz.check(_fixed_length_over(lambda batch: True), framework="numpy", dtypes=["float32"],
+                        reduction="seq-mean-token-sum-norm", l_max=64, gradients=False)
+    (cell,) = report.cells
+    shrunk, *added = cell.bugs[0].failures
+    assert "; or " in shrunk and left_out in shrunk
+    assert len(added) == 1 and added[0].startswith(line) and added[0].endswith(left_out) and "; or " not in added[0]
+    assert line not in cell.bugs[0].snippet  # the snippet reproduces the shrunk case alone
+    report = fuzz.check(_fixed_length_over(lambda batch: batch == 1), framework="numpy", dtypes=["float32"],
+                        reduction="seq-mean-token-sum-norm", l_max=64, gradients=False)
+    (cell,) = report.cells
+    assert not cell.ok and len(cell.bugs[0].failures) == 1
+
+
 def test_a_forward_bug_the_draws_find_keeps_its_minimal_case():
     def mask_ignored(token_log_probs, advantages, token_mask):
         summed = advantages * token_log_probs.sum(-1)

@@ -412,6 +412,22 @@ def test_a_fixed_length_gradient_with_another_whole_constant_is_named_with_it():
         "another constant in the code?")
 
 
+def test_fixed_length_without_its_l_max_is_named_even_where_a_single_token_makes_mistakes_coincide():
+    """Fixed length declared: a loss that is sum / D (L_max left out, as tunix's default norm of B leaves it) is
+    named so first on the book's example (L_max = 10), and among the first named on a batch of one selected token
+    (L_max = 64), the minimal case Hypothesis shrinks to, where the padded width (1) and the mean over every
+    position equal it too."""
+    from reference.reduction import explain
+
+    contract = get_contract("reduction", {"mode": "seq-mean-token-sum-norm", "l_max": 64})
+    left_out = "the exact seq-mean-token-sum-norm without the 1/L_max: sum / D alone, L_max left out?"
+    example = next(example for example in contract.examples if example.name == "the book's example, fixed-length")
+    book = _case(contract, example, "float64", "cpu")
+    assert explain(book, {"loss": np.array(16.5)}).startswith(f"it equals 16.5, {left_out}")
+    one = Case(contract=contract, dtype="float32", token_losses=np.array([[0.75]]), token_mask=np.array([[True]]))
+    assert left_out in explain(one, {"loss": np.array(0.75)})
+
+
 def test_a_per_sequence_mean_without_its_one_over_d_is_named_in_the_loss_and_the_gradient():
     """The book's example, per-sequence declared (B = 2): the rows' means summed, 4.7, and a backward that gives
     c / n_i, are both named as the missing 1/D."""

@@ -134,14 +134,15 @@ def compare_values(got: ReadBack, case: Case, precision: Precision) -> Verdict:
             where = int(np.argmax(ratios)) if ratios.ndim else None
             at = "" if where is None else f"[{where}]"
             got_at, want_at = (value[where], want[where]) if where is not None else (value, want)
-            hint = contract.explain(case, got.values) if contract.explain is not None else None
-            hint = hint or float32_hint(case.dtype, value, want, lambda key=key: contract.tolerance(
+            named = contract.explain(case, got.values) if contract.explain is not None else None
+            hint = named or float32_hint(case.dtype, value, want, lambda key=key: contract.tolerance(
                 expected, "float32", precision)[key])
             verdict.fail(
                 out_of_tolerance(key),
                 f"{key}{at} = {float(got_at)!r}, expected {float(want_at)!r} "
                 f"(err/tol = {verdict.error_ratios[key]:.3g}, tol = {float(tol[key].flat[where or 0]):.3g})"
-                + (f": {hint}" if hint else "")
+                + (f": {hint}" if hint else ""),
+                hint=named,
             )
     return verdict
 

@@ -37,6 +37,7 @@ class Failure:
 
     kind: str
     message: str
+    hint: str | None = None  # the contract's explanation the message ends with, where it named a mistake
 
     def __str__(self) -> str:
         return self.message
@@ -71,11 +72,11 @@ class Verdict:
         """The failure kind this example stands for: the first check that failed (checks run simplest first)."""
         return self.failures[0].kind if self.failures else ""
 
-    def fail(self, kind: str, message: str) -> None:
-        self.failures.append(Failure(kind, message))
+    def fail(self, kind: str, message: str, hint: str | None = None) -> None:
+        self.failures.append(Failure(kind, message, hint))
 
     def merge(self, other: Verdict, prefix: str = "") -> None:
-        self.failures += [Failure(failure.kind, prefix + failure.message) for failure in other.failures]
+        self.failures += [Failure(failure.kind, prefix + failure.message, failure.hint) for failure in other.failures]
         for key, value in other.error_ratios.items():
             self.error_ratios[prefix + key] = max(value, self.error_ratios.get(prefix + key, 0.0))
         self.traceback = self.traceback or other.traceback

@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings, 
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from fuzz.judge.anchors import NO_FIXED_CASES, Anchor, AnchorDraws, FixedCases, fixed_cases
+from fuzz.judge.anchors import MIXED_COUNTS, NO_FIXED_CASES, Anchor, AnchorDraws, FixedCases, fixed_cases
 from fuzz.judge.draws import choice, draw_case, drawer
 from fuzz.judge.example import check_example
-from fuzz.judge.forward import failed_on_the_second_call
+from fuzz.judge.forward import check_forward, failed_on_the_second_call
 from fuzz.judge.gradients import gradient_example
 from fuzz.judge.misfit import add_misfit_hint
 from fuzz.judge.subject import Subject
@@ -35,6 +35,7 @@ from fuzz.run.plan import CellTask
 from fuzz.run.subjects import snippet_source, watch_subject
 from fuzz.run.targeting import climbing_until
 from reference.case import Case
+from reference.contract import ALTERNATIVES
 from reference.contracts import get_contract
 
 TARGET_CAP = 1e6  # hypothesis.target needs finite scores; anything above 1 is a failure anyway
@@ -178,10 +179,37 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
             raise
         kinds = dict.fromkeys(found_one.verdict.kind for found_one in found)  # Hypothesis' order: simplest first
         render = bug or single_process_bug
-        result.bugs = [render(subject, one.case, one.verdict)
-                       for one in (next(f for f in found if f.verdict.kind == kind) for kind in kinds)]
+        for one in (next(f for f in found if f.verdict.kind == kind) for kind in kinds):
+            rendered = render(subject, one.case, one.verdict)
+            if example_check is forward_example:
+                rendered.failures += named_where_counts_differ(subject, one.case, one.verdict, layouts, emphasis)
+            result.bugs.append(rendered)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def named_where_counts_differ(subject: Subject, case: Case, verdict: Verdict, layouts: Sequence[str],
+                              emphasis: str) -> list[str]:
+    """Where a shrunk case names several mistakes at once for a wrong value (a small case makes them coincide: in a
+    batch of one token the padded width, every position and the count are all 1), what the function's value names
+    on the fixed case of rows of different counts, one of them empty, where most of them differ: a line for the
+    report, only where that names fewer. One more call of the function; its snippet still reproduces the shrunk
+    case alone."""
+    ambiguous = [failure for failure in verdict.failures if failure.hint and ALTERNATIVES in failure.hint]
+    function = subject.function_for(case.contract)  # a relation's case may bind the contract otherwise
+    if not ambiguous or function is None:
+        return []
+    other = draw_case(drawer(AnchorDraws(MIXED_COUNTS, case.contract)), dtypes=[case.dtype], layouts=layouts,
+                      devices=[case.device], contract=case.contract, masked_values=subject.masked_values,
+                      emphasis=emphasis)
+    seen = check_forward(function, subject.adapter, other, subject.precision)
+    lines = []
+    for failure in ambiguous:
+        there = next((each.hint for each in seen.failures if each.kind == failure.kind and each.hint), None)
+        if there is not None and there.count(ALTERNATIVES) < failure.hint.count(ALTERNATIVES):
+            rows, tokens = other.shape
+            lines.append(f"on the fixed case '{MIXED_COUNTS.name}' ({rows} x {tokens}), where they differ: {there}")
+    return lines
 
 
 def single_process_bug(subject: Subject, case: Case, verdict: Verdict) -> Bug:
