@@ -606,8 +606,8 @@ def _candidates(expected: Exact, observed: float | None, unit: float = 0.0) -> l
                           _uniform(expected, 1.0 / (divisor * padded))))
         found.append((f"the exact {mode} without the 1/D: sum / L_max alone?",
                       _uniform(expected, 1.0 / float(l_max or 1.0))))
-        found.append((f"the exact {mode} without the 1/L_max: sum / D alone, L_max left out?",
-                      _uniform(expected, 1.0 / divisor)))
+        found.append((f"the exact {SEQ_MEAN_TOKEN_SUM} (rows={rows}), sum / D alone: L_max left out, or the wrong "
+                      "mode declared?", _uniform(expected, 1.0 / divisor)))
     if mode != TOKEN_SUM:
         if batch and padded:
             found.append((f"the mean over all {batch}x{padded} positions: .mean() over the padding too?",
@@ -627,8 +627,8 @@ def _candidates(expected: Exact, observed: float | None, unit: float = 0.0) -> l
         for convention in (ROWS if candidate in ROW_MODES else ("all",)):
             if (candidate, convention) == (mode, rows if mode in ROW_MODES else "all"):
                 continue
-            if mode == SEQ_MEAN_TOKEN_SUM_NORM and (candidate, convention) == (SEQ_MEAN_TOKEN_SUM, rows):
-                continue  # named above as L_max left out
+            if mode == SEQ_MEAN_TOKEN_SUM_NORM and divisor and (candidate, convention) == (SEQ_MEAN_TOKEN_SUM, rows):
+                continue  # named above, as L_max left out
             weights = row_weights(replace(expected, mode=candidate, rows=convention, l_max=l_max or CAMPAIGN_L_MAX))
             if candidate == mode:  # the other rows convention
                 counted = "every row" if convention == "all" else "only the rows with a selected token"

@@ -30,6 +30,7 @@ from fuzz.run.calls import CallTimedOut
 from fuzz.run.cell import fuzz_cell
 from impls.frameworks import load_framework
 from impls.numpy_impl import BFLOAT16
+from reference.contract import ALTERNATIVES
 from reference.contracts import CONTRACT_NAMES, get_contract
 from reference.dtypes import DTYPE_NAMES
 
@@ -270,21 +271,60 @@ def _fixed_length_over(divided_by_b_where):
 
 def test_a_wrong_loss_its_shrunk_case_names_ambiguously_is_named_on_the_case_of_mixed_counts():
     """Shrunk to one token, sum / B equals the padded width's, every position's and L_max left out's losses at once;
-    the report adds what it equals on the 4 x 7 batch of different counts, where only L_max left out matches. A
-    function right on that batch gets no such line."""
-    left_out = "the exact seq-mean-token-sum-norm without the 1/L_max: sum / D alone, L_max left out?"
-    line = f"on the fixed case '{MIXED_COUNTS.name}' (4 x 7), where they differ: it equals"
+    its failure also says what it equals on the 4 x 7 batch of different counts, where only L_max left out matches.
+    A function right on that batch gets nothing more."""
+    left_out = "the exact seq-mean-token-sum (rows=all), sum / D alone: L_max left out, or the wrong mode declared?"
+    added = f" (on the fixed case '{MIXED_COUNTS.name}', 4 x 7, where they give different values: it equals "
     report = fuzz.check(_fixed_length_over(lambda batch: True), framework="numpy", dtypes=["float32"],
                         reduction="seq-mean-token-sum-norm", l_max=64, gradients=False)
     (cell,) = report.cells
-    shrunk, *added = cell.bugs[0].failures
-    assert "; or " in shrunk and left_out in shrunk
-    assert len(added) == 1 and added[0].startswith(line) and added[0].endswith(left_out) and "; or " not in added[0]
-    assert line not in cell.bugs[0].snippet  # the snippet reproduces the shrunk case alone
+    (message,) = cell.bugs[0].failures
+    shrunk, _, there = message.partition(added)
+    assert ALTERNATIVES in shrunk and left_out in shrunk
+    assert there.endswith(f"{left_out})") and ALTERNATIVES not in there
+    assert added not in cell.bugs[0].snippet  # the snippet reproduces the shrunk case alone
     report = fuzz.check(_fixed_length_over(lambda batch: batch == 1), framework="numpy", dtypes=["float32"],
                         reduction="seq-mean-token-sum-norm", l_max=64, gradients=False)
     (cell,) = report.cells
-    assert not cell.ok and len(cell.bugs[0].failures) == 1
+    (message,) = cell.bugs[0].failures
+    assert ALTERNATIVES in message and "on the fixed case" not in message
+
+
+def _token_mean(xp):
+    def loss(token_losses, token_mask):
+        accumulate = xp.float64 if token_losses.dtype == xp.float64 else xp.float32
+        total = xp.where(token_mask, token_losses.astype(accumulate), 0).sum()
+        return xp.asarray(total / xp.maximum(token_mask.sum(), 1), dtype=accumulate)
+
+    return loss
+
+
+@pytest.mark.parametrize(("framework", "dtype", "checks_many_rows"),
+                         [("numpy", "float16", True), ("numpy", "bfloat16", True), ("numpy", "float32", False),
+                          ("jax", "float16", False)])
+def test_the_fixed_case_of_many_rows_is_checked_by_half_precision_cells_of_code_not_compiled(
+        monkeypatch, framework, dtype, checks_many_rows):
+    """4096 rows show only a half-precision total; compiled, a loop over them would unroll past a call's time
+    limit."""
+    import fuzz.run.cell
+
+    checked = []
+
+    class Recording(AnchorDraws):
+        def __init__(self, anchor, contract):
+            checked.append(anchor.name)
+            super().__init__(anchor, contract)
+
+    monkeypatch.setattr(fuzz.run.cell, "AnchorDraws", Recording)
+    if framework == "jax":
+        import jax.numpy as xp
+    else:
+        xp = np
+    report = fuzz.check(_token_mean(xp), framework=framework, reduction="token-mean", dtypes=[dtype],
+                        max_examples=1, gradients=False)
+    assert all(cell.ok for cell in report.cells)
+    assert (MANY_ROWS.name in checked) == checks_many_rows
+    assert {LONG_ROWS.name, MIXED_COUNTS.name, NOTHING_SELECTED.name} <= set(checked)
 
 
 def test_a_forward_bug_the_draws_find_keeps_its_minimal_case():

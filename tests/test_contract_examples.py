@@ -420,7 +420,7 @@ def test_fixed_length_without_its_l_max_is_named_even_where_a_single_token_makes
     from reference.reduction import explain
 
     contract = get_contract("reduction", {"mode": "seq-mean-token-sum-norm", "l_max": 64})
-    left_out = "the exact seq-mean-token-sum-norm without the 1/L_max: sum / D alone, L_max left out?"
+    left_out = "the exact seq-mean-token-sum (rows=all), sum / D alone: L_max left out, or the wrong mode declared?"
     example = next(example for example in contract.examples if example.name == "the book's example, fixed-length")
     book = _case(contract, example, "float64", "cpu")
     assert explain(book, {"loss": np.array(16.5)}).startswith(f"it equals 16.5, {left_out}")

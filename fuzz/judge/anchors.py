@@ -1,14 +1,15 @@
-"""Fixed cases a cell checks besides Hypothesis' draws: the same in every cell, at every seed.
+"""Fixed cases a cell checks besides Hypothesis' draws: the same in every cell that checks them, at every seed.
 
 A cell has few examples (a gradient cell 20 by default), and Hypothesis spends them on few distinct cases (the
 first ones are its simplest choices, zero-extended; each generated case is followed by mutations of itself).
 Some bugs need a particular case, and a default run met it in about one run of two: a gradient cut from a value
 that only varies when rows hold different counts (a ratio of sums and of means, a mean of row means); a NaN or
 inf that only a zero count lets through a guarded division; a half-precision running sum or count, which only
-drifts over rows of hundreds of selected tokens. The fixed cases are those cases, checked as Hypothesis'
-explicit examples: every other draw of the example (values, layout, cotangents, a split's cuts) takes its
-simplest value, so a fixed case is the case Hypothesis itself starts from, with its shape and mask named. A
-failing fixed case is reported as it is (not shrunk).
+drifts over rows of hundreds of selected tokens, or over thousands of rows. The fixed cases are those cases,
+checked as Hypothesis' explicit examples (some only in some cells: `Anchor.checked_by`): every other draw of
+the example (values, layout, cotangents, a split's cuts) takes its simplest value, so a fixed case is the case
+Hypothesis itself starts from, with its shape and mask named. A failing fixed case is reported as it is (not
+shrunk).
 
 When: a gradient cell checks its fixed cases first (most backward bugs show on them, at once), and when one
 fails draws nothing more, as after a failing explicit example. A forward cell's draws find most bugs and shrink
@@ -31,11 +32,17 @@ from reference.contract import Contract
 class Anchor:
     """A fixed case, by the choices it names (draw label -> value); every other draw takes its simplest value.
     `one_sign_values`: each float input whose contract names a kind of values of one sign (ValueMenu.one_sign)
-    draws that kind instead of its simplest."""
+    draws that kind instead of its simplest. `dtypes`: the cells' dtypes that check it (empty: every one);
+    `compiled`: whether a compiled subject's cells (jax.jit, torch.compile) check it."""
 
     name: str
     choices: Mapping[str, Any]
     one_sign_values: bool = False
+    dtypes: tuple[str, ...] = ()
+    compiled: bool = True
+
+    def checked_by(self, dtype: str, compiled: bool) -> bool:
+        return (not self.dtypes or dtype in self.dtypes) and (self.compiled or not compiled)
 
 
 # 4 x 7, the sharded cells' simplest shape: rows to split over ranks or micro-batches. The fullest cotangent is
@@ -52,13 +59,16 @@ LONG_ROWS = Anchor("rows of 1031 tokens, every one selected",
                    one_sign_values=True)
 
 # 4096 rows of 1 token, every one selected, values of one sign: a sum over the rows kept in half precision (a
-# per-sample loop's running total, `total = total + row_loss` in the input dtype) stalls once the dtype's spacing
-# at the total passes twice a row's value: after one to two thousand similar rows in float16, one to two hundred
-# in bfloat16. The draws' rows (at most 32, after "duplicate the batch") round such a sum too few times for its
-# error to pass what the contract lets a formula round; a row of 1 token keeps the case small.
+# per-sample loop's running total, `total = total + row_loss` in the input dtype) stalls once the dtype's spacing at
+# the total passes twice a row's value, after two to four thousand rows of equal values in float16 (256 to 512 in
+# bfloat16), and drops a row of smaller values sooner. The draws' rows (at most 32, after "duplicate the batch")
+# round such a total too few times for its error to show at most seeds. Only in half-precision cells (a float32 or
+# float64 total over the rows is what the contract allows), and not for compiled code: jax.jit and torch.compile
+# unroll a loop over the rows, and compiling 4096 (8192 for "duplicate the batch") iterations of it takes minutes,
+# past a call's time limit, for code that is correct; the draws keep their rows few for the same reason.
 MANY_ROWS = Anchor("4096 rows of 1 token, every one selected",
                    {"shape kind": "general", "batch": 4096, "tokens": 1, "mask": "all true"},
-                   one_sign_values=True)
+                   one_sign_values=True, dtypes=("float16", "bfloat16"), compiled=False)
 
 
 @dataclass(frozen=True)

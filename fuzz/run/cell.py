@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from fuzz.judge.anchors import MIXED_COUNTS, NO_FIXED_CASES, Anchor, AnchorDraws, FixedCases, fixed_cases
 from fuzz.judge.draws import choice, draw_case, drawer
 from fuzz.judge.example import check_example
-from fuzz.judge.forward import check_forward, failed_on_the_second_call
+from fuzz.judge.forward import failed_on_the_second_call
 from fuzz.judge.gradients import gradient_example
 from fuzz.judge.misfit import add_misfit_hint
 from fuzz.judge.subject import Subject
@@ -158,6 +158,7 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
 
     def run(anchors: Sequence[Anchor], draws: bool) -> None:
         test = given(st.data())(property_holds)
+        anchors = [anchor for anchor in anchors if anchor.checked_by(dtype, subject.compiled)]
         for anchor in reversed(anchors):  # Hypothesis runs explicit examples last decorated first
             test = example(AnchorDraws(anchor, subject.contract))(test)
         # Hypothesis' climb past the budget once a failure exists (fuzz/run/targeting.py) ends with the budget
@@ -181,8 +182,8 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
         render = bug or single_process_bug
         for one in (next(f for f in found if f.verdict.kind == kind) for kind in kinds):
             rendered = render(subject, one.case, one.verdict)
-            if example_check is forward_example:
-                rendered.failures += named_where_counts_differ(subject, one.case, one.verdict, layouts, emphasis)
+            if bug is None and check == "forward":  # a single-process forward cell: its failures, in order
+                rendered.failures = named_where_counts_differ(subject, one.case, one.verdict, layouts, emphasis)
             result.bugs.append(rendered)
     result.seconds = time.perf_counter() - started
     return result
@@ -190,26 +191,32 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
 
 def named_where_counts_differ(subject: Subject, case: Case, verdict: Verdict, layouts: Sequence[str],
                               emphasis: str) -> list[str]:
-    """Where a shrunk case names several mistakes at once for a wrong value (a small case makes them coincide: in a
-    batch of one token the padded width, every position and the count are all 1), what the function's value names
-    on the fixed case of rows of different counts, one of them empty, where most of them differ: a line for the
-    report, only where that names fewer. One more call of the function; its snippet still reproduces the shrunk
-    case alone."""
-    ambiguous = [failure for failure in verdict.failures if failure.hint and ALTERNATIVES in failure.hint]
-    function = subject.function_for(case.contract)  # a relation's case may bind the contract otherwise
-    if not ambiguous or function is None:
-        return []
+    """The failures' messages; where one names several mistakes at once for a wrong value (its shrunk case makes
+    them coincide: in a batch of one token the padded width, every position and the count are all 1), with what
+    the function's value names on the fixed case of rows of different counts, one of them empty, where most
+    differ, if that names fewer. One more call of the function (none where the case is that fixed case); the
+    snippet still reproduces the shrunk case alone. A call that overruns its time limit there adds nothing in
+    this process (a worker process is stopped, as for any call)."""
+    messages = [str(failure) for failure in verdict.failures]
+    ambiguous = [index for index, failure in enumerate(verdict.failures)
+                 if failure.hint and ALTERNATIVES in failure.hint]
+    if not ambiguous or dict(case.story).get(FIXED_CASE) == MIXED_COUNTS.name:
+        return messages
     other = draw_case(drawer(AnchorDraws(MIXED_COUNTS, case.contract)), dtypes=[case.dtype], layouts=layouts,
                       devices=[case.device], contract=case.contract, masked_values=subject.masked_values,
                       emphasis=emphasis)
-    seen = check_forward(function, subject.adapter, other, subject.precision)
-    lines = []
-    for failure in ambiguous:
+    try:
+        seen = check_example(subject, other, None, repeat=False)
+    except CallTimedOut:
+        return messages
+    rows, tokens = other.shape
+    for index in ambiguous:
+        failure = verdict.failures[index]
         there = next((each.hint for each in seen.failures if each.kind == failure.kind and each.hint), None)
         if there is not None and there.count(ALTERNATIVES) < failure.hint.count(ALTERNATIVES):
-            rows, tokens = other.shape
-            lines.append(f"on the fixed case '{MIXED_COUNTS.name}' ({rows} x {tokens}), where they differ: {there}")
-    return lines
+            messages[index] += (f" (on the fixed case '{MIXED_COUNTS.name}', {rows} x {tokens}, where they give "
+                                f"different values: {there})")
+    return messages
 
 
 def single_process_bug(subject: Subject, case: Case, verdict: Verdict) -> Bug:

@@ -2,8 +2,8 @@
 float16 and bfloat16 in float32 and rounds once), but `total = total + row.sum()` rounds the batch's sum in float16
 once per row, a half-precision sum over the rows. The pattern of prime-rl's packed-sequence loss, a loop over the
 samples adding each one's loss to `total_loss` in the log-probs' dtype (PrimeIntellect-ai/prime-rl@008468c1,
-src/prime_rl/trainer/rl/loss.py::compute_loss). Over a few rows its error stays within the contract's allowance;
-over a thousand or more of similar values the total stalls (the fixed case of 4096 rows)."""
+src/prime_rl/trainer/rl/loss.py::compute_loss). Over a few rows its error mostly stays within the contract's
+allowance; over thousands of rows of similar values the total stalls (the fixed case of 4096 rows)."""
 FRAMEWORK = "torch"
 EXPECT = "reject"
 CONTRACT = "reduction"
