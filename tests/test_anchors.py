@@ -290,6 +290,24 @@ def test_a_wrong_loss_its_shrunk_case_names_ambiguously_is_named_on_the_case_of_
     assert ALTERNATIVES in message and "on the fixed case" not in message
 
 
+def test_a_function_that_hangs_on_the_case_of_mixed_counts_keeps_its_shrunk_bug():
+    """The extra call on the 4 x 7 case is the function's like any other: where it overruns the time limit, the bug
+    the draws found is reported as it was, with nothing added."""
+    wrong = _fixed_length_over(lambda batch: True)
+
+    def hangs_on_four_rows(token_losses, token_mask):
+        while token_losses.shape == (4, 7):
+            pass
+        return wrong(token_losses, token_mask)
+
+    report = fuzz.check(hangs_on_four_rows, framework="numpy", dtypes=["float32"], timeout=1,
+                        reduction="seq-mean-token-sum-norm", l_max=64, gradients=False)
+    (cell,) = report.cells
+    (message,) = cell.bugs[0].failures
+    assert cell.bugs[0].kind == "loss out of tolerance" and ALTERNATIVES in message
+    assert "on the fixed case" not in message
+
+
 def _token_mean(xp):
     def loss(token_losses, token_mask):
         accumulate = xp.float64 if token_losses.dtype == xp.float64 else xp.float32
