@@ -172,8 +172,12 @@ def test_a_correct_function_conforms(tmp_path):
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["ok"] and len(report["cells"]) == 4
     assert report["versions"]["lossnorm-difftest"] == VERSION  # a verdict names the suite that reached it
-    # the default 40 drawn examples, then the forward cell's fixed cases (the draws found nothing)
-    assert all(cell["examples"] == 40 + len(FORWARD_FIXED_CASES.last) for cell in report["cells"])
+    # the default 40 drawn examples, then the forward cell's fixed cases its dtype checks (the draws found nothing;
+    # NumPy code is not compiled)
+    fixed = {cell["dtype"]: sum(anchor.checked_by(cell["dtype"], compiled=False) for anchor in FORWARD_FIXED_CASES.last)
+             for cell in report["cells"]}
+    assert fixed == {"float16": 4, "bfloat16": 4, "float32": 3, "float64": 3}
+    assert all(cell["examples"] == 40 + fixed[cell["dtype"]] for cell in report["cells"])
 
 
 PADDED_WIDTH_BUG = """
