@@ -19,7 +19,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from fuzz.judge.anchors import MIXED_COUNTS, NO_FIXED_CASES, Anchor, AnchorDraws, FixedCases, fixed_cases
-from fuzz.judge.draws import choice, draw_case, drawer
+from fuzz.judge.draws import Draw, choice, draw_case, drawer
 from fuzz.judge.example import check_example
 from fuzz.judge.forward import failed_on_the_second_call
 from fuzz.judge.gradients import gradient_example
@@ -35,7 +35,7 @@ from fuzz.run.plan import CellTask
 from fuzz.run.subjects import snippet_source, watch_subject
 from fuzz.run.targeting import climbing_until
 from reference.case import Case
-from reference.contract import ALTERNATIVES
+from reference.contract import ALTERNATIVES, Contract
 from reference.contracts import get_contract
 
 TARGET_CAP = 1e6  # hypothesis.target needs finite scores; anything above 1 is a failure anyway
@@ -124,6 +124,11 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
     failed = second_call_failed = False  # an example failed; one of them only in its second call
     drawn = 0  # examples Hypothesis drew (the fixed cases are not), failing ones included
 
+    def cell_case(draw: Draw, contract: Contract) -> Case:
+        """A case of this cell's dtype, device and layouts, drawn by `draw` (Hypothesis' or a fixed case's)."""
+        return draw_case(draw, dtypes=[dtype], layouts=layouts, devices=[device], contract=contract,
+                         masked_values=subject.masked_values, emphasis=emphasis)
+
     def property_holds(data: st.DataObject) -> None:
         nonlocal failed, second_call_failed, drawn
         contract, draw = subject.contract, drawer(data)
@@ -131,8 +136,7 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
             menu = contract.parameter_menu
             index = draw(choice(tuple(range(len(menu)))), "declared parameters")
             contract = get_contract(contract.name, menu[index])
-        case = draw_case(draw, dtypes=[dtype], layouts=layouts,
-                         devices=[device], contract=contract, masked_values=subject.masked_values, emphasis=emphasis)
+        case = cell_case(draw, contract)
         if contract.bound:
             case = case.with_(story=((contract.name, contract.parameters_text), *case.story))
         if isinstance(data, AnchorDraws):
@@ -183,28 +187,28 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
         for one in (next(f for f in found if f.verdict.kind == kind) for kind in kinds):
             rendered = render(subject, one.case, one.verdict)
             if bug is None and check == "forward":  # a single-process forward cell: its failures, in order
-                rendered.failures = named_where_counts_differ(subject, one.case, one.verdict, layouts, emphasis)
+                rendered.failures = named_where_counts_differ(subject, one.case, one.verdict, rendered.failures,
+                                                              cell_case)
             result.bugs.append(rendered)
     result.seconds = time.perf_counter() - started
     return result
 
 
-def named_where_counts_differ(subject: Subject, case: Case, verdict: Verdict, layouts: Sequence[str],
-                              emphasis: str) -> list[str]:
-    """The failures' messages; where one names several mistakes at once for a wrong value (its shrunk case makes
-    them coincide: in a batch of one token the padded width, every position and the count are all 1), with what
-    the function's value names on the fixed case of rows of different counts, one of them empty, where most
-    differ, if that names fewer. One more call of the function (none where the case is that fixed case); the
-    snippet still reproduces the shrunk case alone. A call that overruns its time limit there adds nothing in
-    this process (a worker process is stopped, as for any call)."""
-    messages = [str(failure) for failure in verdict.failures]
+def named_where_counts_differ(subject: Subject, case: Case, verdict: Verdict, messages: list[str],
+                              cell_case: Callable[[Draw, Contract], Case]) -> list[str]:
+    """The failures' `messages` (one per failure of `verdict`, in order); where one names several mistakes at once
+    for a wrong value (its shrunk case makes them coincide: in a batch of one token the padded width, every
+    position and the count are all 1), with what the function's value names on the fixed case of rows of different
+    counts, one of them empty, where most differ, if that names fewer. `cell_case` draws a case as the cell does.
+    One more call of the function (none where the case is that fixed case); the snippet still reproduces the shrunk
+    case alone. A call that overruns its time limit there adds nothing in this process (a worker process is
+    stopped, as for any call)."""
+    messages = list(messages)
     ambiguous = [index for index, failure in enumerate(verdict.failures)
                  if failure.hint and ALTERNATIVES in failure.hint]
     if not ambiguous or dict(case.story).get(FIXED_CASE) == MIXED_COUNTS.name:
         return messages
-    other = draw_case(drawer(AnchorDraws(MIXED_COUNTS, case.contract)), dtypes=[case.dtype], layouts=layouts,
-                      devices=[case.device], contract=case.contract, masked_values=subject.masked_values,
-                      emphasis=emphasis)
+    other = cell_case(drawer(AnchorDraws(MIXED_COUNTS, case.contract)), case.contract)
     try:
         seen = check_example(subject, other, None, repeat=False)
     except CallTimedOut:
