@@ -37,6 +37,13 @@ TWO_BUGS = """
 """
 
 
+def _snippet_run(snippet: str, folder: Path) -> subprocess.CompletedProcess:
+    """A snippet saved in `folder` and run there as a fresh Python process."""
+    script = folder / "snippet.py"
+    script.write_text(snippet)
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=folder, timeout=120)
+
+
 def test_two_bugs_are_both_reported_each_with_a_snippet_that_reproduces_it(tmp_path):
     path = tmp_path / "two_bugs.py"
     path.write_text(textwrap.dedent(TWO_BUGS))
@@ -46,11 +53,8 @@ def test_two_bugs_are_both_reported_each_with_a_snippet_that_reproduces_it(tmp_p
     kinds = [bug.kind for bug in cell.bugs]
     assert set(kinds) == {"non-finite output", "sequence_summed out of tolerance"}, kinds
     for bug in cell.bugs:
-        script = tmp_path / "snippet.py"
-        script.write_text(bug.snippet)
-        run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
-                             timeout=120)
-        assert run.returncode != 0 and "AssertionError" in run.stderr, (bug.kind, run.stderr[-2000:])
+        failed = _snippet_run(bug.snippet, tmp_path)
+        assert failed.returncode != 0 and "AssertionError" in failed.stderr, (bug.kind, failed.stderr[-2000:])
     summed = next(bug for bug in cell.bugs if bug.kind == "sequence_summed out of tolerance")
     assert summed.case.shape[0] >= 2  # the batch-wide sum only shows with two rows or more
 
@@ -545,3 +549,101 @@ def test_a_function_returning_no_array_is_one_bug_not_a_missing_gradient_too():
                        reduction="token-mean", dtypes=["float32"], max_examples=5)
         assert {failure.kind for failure in report.failures} == {"wrong output structure"}, report.failures
         assert all("carries no gradient" not in failure.message for failure in report.failures)
+
+
+def _torch_loss_of_shape_one(token_losses, token_mask):
+    import torch
+
+    selected = torch.where(token_mask, token_losses.to(torch.promote_types(token_losses.dtype, torch.float32)), 0)
+    return (selected.sum() / token_mask.sum().clamp(min=1)).reshape(1)
+
+
+def _jax_loss_of_shape_one(token_losses, token_mask):
+    import jax.numpy as jnp
+
+    selected = jnp.where(token_mask, token_losses, 0).astype(jnp.promote_types(token_losses.dtype, jnp.float32))
+    return (selected.sum() / jnp.maximum(token_mask.sum(), 1)).reshape(1)
+
+
+@pytest.mark.parametrize("framework, function", [("torch", _torch_loss_of_shape_one), ("jax", _jax_loss_of_shape_one)])
+def test_a_loss_of_the_wrong_shape_is_one_bug_not_a_backward_that_raised_too(framework, function):
+    """A loss of shape (1,) where the contract's is 0-d: the backward the gradient cell starts from a 0-d cotangent
+    raises (torch's "Mismatch in shape", JAX's cotangent shape error), and that is the forward's structure bug,
+    which the gradient cells name as the forward cells do: one distinct bug, not "backward raised RuntimeError"."""
+    from fuzz import check
+
+    pytest.importorskip(framework)
+    report = check(function, framework=framework, reduction="token-mean", dtypes=["float32"], max_examples=5)
+    assert {cell.check for cell in report.cells if not cell.ok} == {"forward", "gradients"}, report.cells
+    assert {failure.kind for failure in report.failures} == {"wrong output structure"}, report.failures
+    assert all("has shape (1,), expected ()" in failure.message for failure in report.failures), report.failures
+
+
+def _torch_loss_with_metrics(token_losses, token_mask):
+    loss = _torch_loss_of_shape_one(token_losses, token_mask).reshape(())
+    return loss, {"tokens": token_mask.sum()}
+
+
+def _torch_metrics_and_loss(token_losses, token_mask):
+    import torch
+
+    return {"tokens": token_mask.sum().to(torch.float32), "loss": _torch_loss_with_metrics(token_losses, token_mask)[0]}
+
+
+@pytest.mark.parametrize("function, pick", [(_torch_loss_with_metrics, "[0]"), (_torch_metrics_and_loss, "['loss']")])
+def test_a_loss_returned_with_metrics_is_told_how_to_pick_it_out(function, pick):
+    """A trainer's loss function that returns `(loss, metrics)` or a dict of them fails its structure, and the message
+    shows the lambda that checks its loss; that lambda, checked as shown, conforms."""
+    from fuzz import check
+
+    pytest.importorskip("torch")
+    report = check(function, framework="torch", reduction="token-mean", dtypes=["float32"], max_examples=5)
+    assert {failure.kind for failure in report.failures} == {"wrong output structure"}, report.failures
+    shown = f"`lambda token_losses, token_mask: fn(token_losses, token_mask){pick}`"
+    assert all(shown in failure.message for failure in report.failures), report.failures
+    picked = eval(shown.strip("`"), {"fn": function})  # the lambda as shown, its `fn` the function checked
+    assert check(picked, framework="torch", reduction="token-mean", dtypes=["float32"], max_examples=5).ok
+
+
+WRONG_STRUCTURES = """
+import torch
+
+
+def _loss(token_losses, token_mask):
+    selected = torch.where(token_mask, token_losses.to(torch.promote_types(token_losses.dtype, torch.float32)), 0)
+    return selected.sum() / token_mask.sum().clamp(min=1)
+
+
+def with_metrics(token_losses, token_mask):
+    return _loss(token_losses, token_mask), {"tokens": token_mask.sum()}
+
+
+def as_dict(token_losses, token_mask):
+    return {"loss": _loss(token_losses, token_mask)}
+
+
+def of_shape_one(token_losses, token_mask):
+    return _loss(token_losses, token_mask).reshape(1)
+
+
+def as_a_float(token_losses, token_mask):
+    return _loss(token_losses, token_mask).item()
+"""
+
+
+@pytest.mark.parametrize("function", ["with_metrics", "as_dict", "of_shape_one", "as_a_float"])
+def test_a_loss_of_the_wrong_structure_gets_snippets_that_fail_on_it(tmp_path, function):
+    """Whatever a loss was returned as, each cell's snippet (the gradient cells' too) fails with AssertionError on
+    what was returned, not with an error of its own reading it."""
+    from fuzz import check
+
+    pytest.importorskip("torch")
+    path = tmp_path / "structures.py"
+    path.write_text(WRONG_STRUCTURES)
+    report = check(f"{path}:{function}", framework="torch", reduction="token-mean", dtypes=["float32"],
+                   max_examples=5)
+    assert {cell.check for cell in report.cells if not cell.ok} == {"forward", "gradients"}, report.cells
+    for failure in report.failures:
+        failed = _snippet_run(failure.snippet, tmp_path)
+        assert failed.returncode != 0 and "AssertionError: loss " in failed.stderr, (failure.kind,
+                                                                                     failed.stderr[-2000:])

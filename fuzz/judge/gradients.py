@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from fuzz.judge.draws import draw_cotangents
 from fuzz.judge.forward import empty_selection, float32_hint, non_finite_hint, said_once
 from fuzz.judge.outputs import GRADIENT_STRUCTURE, check_gradient_arrays, check_outputs, modified_inputs
-from fuzz.judge.verdict import Verdict, call_safely, named_by_forward_alone, out_of_tolerance, same_bits
+from fuzz.judge.verdict import STRUCTURE, Verdict, call_safely, named_by_forward_alone, out_of_tolerance, same_bits
 from reference.case import Case
 from reference.dtypes import largest
 from reference.exact import exact_results
@@ -67,9 +67,15 @@ def named_by_pass(verdict: Verdict, function: Callable[..., Any], adapter: Any, 
                   keywords: Mapping[str, Any] | None = None) -> Verdict:
     """The failing verdict of a call of `function` (with `keywords`) and its backward in one go on `case`, each
     failure named by the pass that raised it (`named_by_forward_alone`), the function called alone on inputs that
-    need no gradient."""
-    return named_by_forward_alone(verdict, function, lambda: call_safely(
-        functools.partial(function, **(keywords or {})), *adapter.materialize(case))[1])
+    need no gradient. Where that call returns what the contract does not (a loss of shape (1,), a tuple), that is
+    the verdict: the backward was started from outputs of the contract's structure (a cotangent of each output's
+    shape), so what raised there is the forward's structure bug, the one its forward cell reports."""
+    result, alone = call_safely(functools.partial(function, **(keywords or {})), *adapter.materialize(case))
+    if alone.ok:
+        _, structure = check_outputs(result, adapter, case)
+        if not structure.ok:
+            return structure
+    return named_by_forward_alone(verdict, function, lambda: alone)
 
 
 def check_gradients(subject: Any, case: Case, cotangents: dict[str, np.ndarray], exact: Any,
@@ -162,5 +168,7 @@ def gradient_example(subject: Any, case: Case, data: st.DataObject, repeat: bool
     exact = case.contract.vjp(case, cotangents, exact_results(case))
     with subject.adapter.scope(case, compiled=subject.compiled):
         verdict = check_gradients(subject, case, cotangents, exact, repeat)
-    verdict.cotangents = cotangents
+    # a forward that returned what the contract does not (named_by_pass) is the forward cell's bug, and its snippet is
+    # the forward's: a backward from cotangents of the contract's shapes only fails on it without saying why
+    verdict.cotangents = None if verdict.kind == STRUCTURE else cotangents
     return verdict

@@ -6,6 +6,7 @@ A rank's case is its own shard, so the shapes checked are the rank's: the same c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +46,7 @@ def check_outputs(result: Any, adapter: Framework, case: Case) -> tuple[ReadBack
         value = outputs[spec.name]
         if not adapter.is_array(value):
             verdict.fail(STRUCTURE, f"{spec.name} is {a_type_name(value)}, not a "
-                                    f"{adapter.output_type or adapter.array_type}")
+                                    f"{adapter.output_type or adapter.array_type}{_picked_out(value, adapter, case)}")
             continue
         dtype, shape = adapter.dtype_of(value), contract.output_shape(spec.name, sizes)
         if dtype not in allowed:
@@ -62,6 +63,24 @@ def check_outputs(result: Any, adapter: Framework, case: Case) -> tuple[ReadBack
     if len(values) < len(contract.outputs):
         return None, verdict
     return ReadBack(values, dtypes), verdict
+
+
+def _picked_out(value: Any, adapter: Framework, case: Case) -> str:
+    """Where a function of a one-output contract returned its output among other things, a trainer's
+    `(loss, metrics)` or `{"loss": ...}`, how to check it: a lambda that picks the output out ("" otherwise)."""
+    contract = case.contract
+    if len(contract.outputs) != 1:
+        return ""
+    if isinstance(value, (tuple, list)) and value and adapter.is_array(value[0]):
+        where, pick = "its first item", "[0]"
+    elif isinstance(value, Mapping) and (keys := [key for key, item in value.items() if adapter.is_array(item)]):
+        key = contract.outputs[0].name if contract.outputs[0].name in keys else keys[0]
+        where, pick = f"its item {key!r}", f"[{key!r}]"
+    else:
+        return ""
+    arguments = ", ".join((*contract.input_names, *(("**keywords",) if contract.keywords else ())))
+    return (f"; if {where} is the {contract.outputs[0].name}, check "
+            f"`lambda {arguments}: fn({arguments}){pick}` instead (for the command line, in a file of yours)")
 
 
 def check_gradient_arrays(vjp: VJP, adapter: Framework, case: Case) -> tuple[ReadBack | None, Verdict]:
