@@ -590,7 +590,13 @@ def _torch_metrics_and_loss(token_losses, token_mask):
     return {"tokens": token_mask.sum().to(torch.float32), "loss": _torch_loss_with_metrics(token_losses, token_mask)[0]}
 
 
-@pytest.mark.parametrize("function, pick", [(_torch_loss_with_metrics, "[0]"), (_torch_metrics_and_loss, "['loss']")])
+def _torch_metrics_and_pg_loss(token_losses, token_mask):
+    metrics = _torch_metrics_and_loss(token_losses, token_mask)
+    return {"tokens": metrics["tokens"], "pg_loss": metrics["loss"]}
+
+
+@pytest.mark.parametrize("function, pick", [(_torch_loss_with_metrics, "[0]"), (_torch_metrics_and_loss, "['loss']"),
+                                            (_torch_metrics_and_pg_loss, "['pg_loss']")])
 def test_a_loss_returned_with_metrics_is_told_how_to_pick_it_out(function, pick):
     """A trainer's loss function that returns `(loss, metrics)` or a dict of them fails its structure, and the message
     shows the lambda that checks its loss; that lambda, checked as shown, conforms."""
@@ -628,22 +634,65 @@ def of_shape_one(token_losses, token_mask):
 
 def as_a_float(token_losses, token_mask):
     return _loss(token_losses, token_mask).item()
+
+
+def chunk_of_shape_one(token_losses, token_mask, *, num_tokens, num_sequences, dp_size, accumulation_steps):
+    selected = torch.where(token_mask, token_losses.to(torch.promote_types(token_losses.dtype, torch.float32)), 0)
+    return (selected.sum() * dp_size / max(num_tokens, 1)).reshape(1)
+
+
+def chunk_as_dict(token_losses, token_mask, **step):
+    return {"loss": chunk_of_shape_one(token_losses, token_mask, **step).reshape(())}
 """
 
 
-@pytest.mark.parametrize("function", ["with_metrics", "as_dict", "of_shape_one", "as_a_float"])
-def test_a_loss_of_the_wrong_structure_gets_snippets_that_fail_on_it(tmp_path, function):
-    """Whatever a loss was returned as, each cell's snippet (the gradient cells' too) fails with AssertionError on
-    what was returned, not with an error of its own reading it."""
+@pytest.mark.parametrize("function, accumulation", [
+    ("with_metrics", False), ("as_dict", False), ("of_shape_one", False), ("as_a_float", False),
+    ("chunk_of_shape_one", True), ("chunk_as_dict", True)])
+def test_a_loss_of_the_wrong_structure_gets_snippets_that_fail_on_it(tmp_path, function, accumulation):
+    """Whatever a loss (or a micro-batch's) was returned as, each cell's snippet (the gradient cells' too) fails with
+    AssertionError on what was returned, not with an error of its own reading it."""
     from fuzz import check
 
     pytest.importorskip("torch")
     path = tmp_path / "structures.py"
     path.write_text(WRONG_STRUCTURES)
     report = check(f"{path}:{function}", framework="torch", reduction="token-mean", dtypes=["float32"],
-                   max_examples=5)
-    assert {cell.check for cell in report.cells if not cell.ok} == {"forward", "gradients"}, report.cells
-    for failure in report.failures:
+                   max_examples=5, accumulation=accumulation)
+    failing = [cell for cell in report.cells if not cell.ok]
+    assert len(failing) == len(report.cells) and any("gradients" in cell.check for cell in failing), report.cells
+    assert {failure.kind for failure in report.failures} == {"wrong output structure"}, report.failures
+    # a forward cell's snippet and a gradient cell's (an engine's cells, one per split, have snippets alike)
+    for failure in {"gradients" in failure.check: failure for failure in report.failures}.values():
         failed = _snippet_run(failure.snippet, tmp_path)
-        assert failed.returncode != 0 and "AssertionError: loss " in failed.stderr, (failure.kind,
-                                                                                     failed.stderr[-2000:])
+        assert failed.returncode != 0 and "loss " in failed.stderr.splitlines()[-1], (failure.kind,
+                                                                                      failed.stderr[-2000:])
+        assert failed.stderr.splitlines()[-1].startswith("AssertionError: "), failed.stderr[-2000:]
+
+
+def _float64_loss_with_a_backward_that_raises(token_losses, token_mask):
+    import torch
+
+    class Raising(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, losses, mask):
+            ctx.save_for_backward(mask)
+            return torch.where(mask, losses.double(), 0).sum() / mask.sum().clamp(min=1)
+
+        @staticmethod
+        def backward(ctx, cotangent):
+            raise ValueError("the backward's own bug")
+
+    return Raising.apply(token_losses, token_mask)
+
+
+def test_a_backward_that_raises_is_its_own_bug_beside_a_loss_of_the_wrong_dtype():
+    """A wrong dtype (or device) cannot make the backward raise, as a wrong shape does: a backward that raises beside
+    one is reported as what it raised, not hidden behind the forward's dtype."""
+    from fuzz import check
+
+    pytest.importorskip("torch")
+    report = check(_float64_loss_with_a_backward_that_raises, framework="torch", reduction="token-mean",
+                   dtypes=["float32"], max_examples=5)
+    kinds = {failure.check: failure.kind for failure in report.failures}
+    assert kinds == {"forward": "wrong output structure", "gradients": "backward raised ValueError"}, kinds

@@ -26,7 +26,7 @@ from fuzz.engines.torch_ranks import RankFailure
 from fuzz.judge.anchors import fixed_cases
 from fuzz.judge.draws import draw_cotangents, drawer
 from fuzz.judge.subject import Subject
-from fuzz.judge.verdict import Verdict
+from fuzz.judge.verdict import STRUCTURE, Verdict
 from fuzz.report.callee import snippet_under_free_name
 from fuzz.report.results import Bug, CellResult
 from fuzz.run.calls import CallTimedOut, Watcher
@@ -121,7 +121,9 @@ def _example(task: CellTask, engine: Engine, subject: Subject, state: dict[str, 
     verdict.cotangents = exact_cotangents
     verdict.case = case
     if not verdict.ok:  # every failing example, by its case: each distinct bug's snippet is rendered from it
-        state.setdefault("failing", {})[id(case)] = _Failing(case, split, cotangents,
+        # a chunk's forward that returned what the contract does not is the forward's bug: the forward's snippet
+        shown = None if verdict.kind == STRUCTURE else cotangents
+        state.setdefault("failing", {})[id(case)] = _Failing(case, split, shown,
                                                              [str(failure) for failure in verdict.failures])
     return verdict
 

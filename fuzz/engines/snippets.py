@@ -295,9 +295,15 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
             f"returned = [{call}(*chunk) for chunk in chunks]",
             "# each chunk's loss: an array of the framework, of an allowed dtype, as the suite checks first",
             "for k, out in enumerate(returned):",
-            "    dtype = str(getattr(out, 'dtype', None)).split('.')[-1]",
-            f"    assert type(out).__name__ in {syntax.type_names!r} and dtype in {allowed!r}, \\",
-            f"        f'chunk {{k}}: {{type(out).__name__}} of dtype {{dtype}}, want {' or '.join(allowed)}'",
+            f"    assert type(out).__name__ in {syntax.type_names!r}, \\",
+            f"        f'chunk {{k}}: {output} has type {{type(out).__name__}}, "
+            f"expected {' or '.join(syntax.type_names)}'",
+            "    dtype = str(out.dtype).split('.')[-1]",
+            f"    assert dtype in {allowed!r}, \\",
+            f"        f'chunk {{k}}: {output} of dtype {{dtype}}, want {' or '.join(allowed)}'",
+            f"    assert tuple(out.shape) == {contract.output_shape(output, case.sizes)!r}, \\",
+            f"        f'chunk {{k}}: {output} has shape {{tuple(out.shape)}}, expected "
+            f"{contract.output_shape(output, case.sizes)!r}'",
             "losses = [as_float64(out) for out in returned]",
             "combined = sum(WEIGHT * float(value) for value in losses)",
             f"expected, tolerance = {float(expected.outputs()[output])!r}, {float(tol[output])!r}",

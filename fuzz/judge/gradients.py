@@ -67,13 +67,14 @@ def named_by_pass(verdict: Verdict, function: Callable[..., Any], adapter: Any, 
                   keywords: Mapping[str, Any] | None = None) -> Verdict:
     """The failing verdict of a call of `function` (with `keywords`) and its backward in one go on `case`, each
     failure named by the pass that raised it (`named_by_forward_alone`), the function called alone on inputs that
-    need no gradient. Where that call returns what the contract does not (a loss of shape (1,), a tuple), that is
-    the verdict: the backward was started from outputs of the contract's structure (a cotangent of each output's
-    shape), so what raised there is the forward's structure bug, the one its forward cell reports."""
+    need no gradient. Where that call returns what cannot be read as the contract's outputs (a tuple, a loss of
+    shape (1,)), that is the verdict: the backward was started from a cotangent of each output's shape, so what
+    raised there is the forward's structure bug, the one its forward cell reports. A wrong dtype or device alone
+    cannot make the backward raise (its cotangent takes the output's): a backward that raised is its own bug there."""
     result, alone = call_safely(functools.partial(function, **(keywords or {})), *adapter.materialize(case))
     if alone.ok:
-        _, structure = check_outputs(result, adapter, case)
-        if not structure.ok:
+        read, structure = check_outputs(result, adapter, case)
+        if read is None:
             return structure
     return named_by_forward_alone(verdict, function, lambda: alone)
 

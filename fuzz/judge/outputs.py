@@ -71,16 +71,18 @@ def _picked_out(value: Any, adapter: Framework, case: Case) -> str:
     contract = case.contract
     if len(contract.outputs) != 1:
         return ""
+    name = contract.outputs[0].name
     if isinstance(value, (tuple, list)) and value and adapter.is_array(value[0]):
         where, pick = "its first item", "[0]"
     elif isinstance(value, Mapping) and (keys := [key for key, item in value.items() if adapter.is_array(item)]):
-        key = contract.outputs[0].name if contract.outputs[0].name in keys else keys[0]
+        # the output's own name, else a key that contains it ("pg_loss"), else the first array
+        key = min(keys, key=lambda each: (each != name, name not in str(each)))
         where, pick = f"its item {key!r}", f"[{key!r}]"
     else:
         return ""
     arguments = ", ".join((*contract.input_names, *(("**keywords",) if contract.keywords else ())))
-    return (f"; if {where} is the {contract.outputs[0].name}, check "
-            f"`lambda {arguments}: fn({arguments}){pick}` instead (for the command line, in a file of yours)")
+    return (f"; if {where} is the {name}, check `lambda {arguments}: fn({arguments}){pick}` with fn your function "
+            f"(on the command line: `{name}_only = lambda ...` in a file of yours, checked as FILE:{name}_only)")
 
 
 def check_gradient_arrays(vjp: VJP, adapter: Framework, case: Case) -> tuple[ReadBack | None, Verdict]:

@@ -169,7 +169,7 @@ def _forward_lines(syntax: SnippetSyntax, source: SnippetSource, case: Case) -> 
         f"for key in {list(contract.output_names)!r}:",
         "    got, want, tol = out[key], globals()['expected_' + key], globals()['tolerance_' + key]",
         "    if type(got).__name__ not in array_types:",
-        "        problems.append(f'{key} is a {type(got).__name__}, expected {\" or \".join(array_types)}')",
+        "        problems.append(f'{key} has type {type(got).__name__}, expected {\" or \".join(array_types)}')",
         "        continue",
         "    dtype = str(got.dtype).split('.')[-1]",
         f"    if dtype not in {allowed!r}:",
