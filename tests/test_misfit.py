@@ -188,3 +188,46 @@ def test_a_mode_left_at_a_default_naming_another_is_said_beside_any_failure(tmp_
     assert misfit_of(_reduction_with_mode, "numpy", ("numpy",), contract) is None
     assert misfit_of(functools.partial(_reduction_with_mode, mode="grpo"), "numpy", ("numpy",),
                      get_contract("reduction", {"mode": "grpo"})) is None
+
+
+def _mask_first(mask, losses):
+    import torch
+
+    return torch.where(mask, losses.to(torch.promote_types(losses.dtype, torch.float32)), 0).sum() / mask.sum().clamp(
+        min=1)
+
+
+def test_parameters_that_name_the_inputs_in_another_order_are_said_with_the_lambda_that_reorders_them():
+    """`fn(mask, losses)` called as fn(token_losses, token_mask) fails whatever it does; beside that failure, its
+    parameters' names say the order it wants, and the lambda shown, checked as shown, conforms."""
+    pytest.importorskip("torch")
+    report = check(_mask_first, framework="torch", reduction="token-mean", **FEW)
+    assert not report.ok
+    shown = "`lambda token_losses, token_mask: fn(token_mask, token_losses)`"
+    assert "hint: its parameters (mask, losses) name the inputs in another order" in report.failures[0].message
+    assert shown in report.failures[0].message, report.failures[0].message
+    assert check(eval(shown.strip("`"), {"fn": _mask_first}), framework="torch", reduction="token-mean", **FEW).ok
+
+
+def _magnitude(log_probs, mask, advantages):
+    return {}
+
+
+@pytest.mark.parametrize(("function", "contract", "expected"), [
+    (_magnitude, MAGNITUDE, "`lambda token_log_probs, advantages, token_mask: fn(token_log_probs, token_mask, "
+                            "advantages)`"),
+    (lambda losses_, mask_, extra=None: 0, "reduction", None),  # in the call's order
+    (lambda loss_mat, loss_mask, loss_agg_mode="token-mean": 0, "reduction", None),  # verl's
+    (lambda values, mask: 0, "reduction", None),  # NeMo-RL's masked_mean: a name that names no input
+    (lambda masked_losses, mask: 0, "reduction", None),  # a name that names two inputs names none
+    (lambda x, m: 0, "reduction", None),
+    (lambda *arguments: 0, "reduction", None),
+    (lambda mask, values: 0, "reduction", "fn(token_losses, token_mask): bind them in the call's order?"),
+])
+def test_only_parameters_named_for_another_input_are_said_to_be_in_another_order(function, contract, expected):
+    """The mask named first where the call passes it second is said (with the lambda where every parameter names
+    one input); a parameter that names no input, or two, or the one the call passes there, says nothing."""
+    bound = contract if contract is MAGNITUDE else get_contract(contract, {"mode": "token-mean"})
+    misfit = misfit_of(function, "torch", ("torch",), bound)
+    said = [hint for hint in (misfit.on_any if misfit else ()) if "another order" in hint]
+    assert (said == []) if expected is None else (len(said) == 1 and expected in said[0]), said

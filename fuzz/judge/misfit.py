@@ -1,7 +1,8 @@
 """What about a user's function may explain its failures, said beside them: code written for one framework given
-another's arrays (`--framework jax` on a torch function), beside a raise or a wrong structure; a mode parameter
-left at a default that names another mode than the declared one (`loss_agg_mode="token-mean"` under
-`--reduction seq-mean-token-mean`), beside any failure. Read from the function itself, once, before any call; it
+another's arrays (`--framework jax` on a torch function), beside a raise or a wrong structure; parameters that name
+the inputs in another order than the call passes them (`fn(mask, losses)`), and a mode parameter left at a default
+that names another mode than the declared one (`loss_agg_mode="token-mean"` under `--reduction
+seq-mean-token-mean`), beside any failure. Read from the function itself, once, before any call; it
 changes no verdict, and may not fail a check: a function that cannot be read gets no hint. (A reduction checked as
 the default contract is refused before any call: fuzz/loader.py.)"""
 
@@ -30,19 +31,20 @@ _DEPTH = 8  # how far wrappers and helper functions are followed: a proxy may an
 
 @dataclass(frozen=True)
 class Misfit:
-    """What a function's failures may come from: `on_raise` beside a raise or a wrong structure, `on_any` beside
-    any failure."""
+    """What a function's failures may come from: `on_raise` beside a raise or a wrong structure, `on_any` (each)
+    beside any failure."""
 
     on_raise: str | None = None
-    on_any: str | None = None
+    on_any: tuple[str, ...] = ()
 
 
 def misfit_of(function: Callable[..., Any], framework: str, libraries: Iterable[str],
               contract: Contract) -> Misfit | None:
     """What `function`'s failures may come from, called as `contract` says on the arrays of `framework` (an
     adapter's name, whose adapter loads `libraries`): None where nothing in the function suggests a misfit."""
-    found = Misfit(_guarded(_foreign_framework, function, framework, libraries),
-                   _guarded(_unbound_mode, function, contract))
+    on_any = tuple(hint for hint in (_guarded(_inputs_in_another_order, function, contract),
+                                     _guarded(_unbound_mode, function, contract)) if hint is not None)
+    found = Misfit(_guarded(_foreign_framework, function, framework, libraries), on_any)
     return found if found.on_raise or found.on_any else None
 
 
@@ -51,6 +53,40 @@ def _guarded(read: Callable[..., str | None], *arguments: Any) -> str | None:
         return read(*arguments)
     except Exception:  # an object that answers introspection oddly: it gets no hint, never a failed check
         return None
+
+
+def _stems(input_name: str) -> set[str]:
+    """What a parameter's name would contain to name an input: its name's last word, singular or plural
+    ("losses", "loss"), of 4 letters or more."""
+    word = input_name.lower().split("_")[-1]
+    return {stem for stem in (word, word.removesuffix("s"), word.removesuffix("es")) if len(stem) >= 4}
+
+
+def _inputs_in_another_order(function: Callable[..., Any], contract: Contract) -> str | None:
+    """Where the function's positional parameters name the contract's inputs in another order than the call passes
+    them (`fn(mask, losses)` called as fn(losses, mask)): each parameter read as the one input whose name's last
+    word it contains, and said only where one of them names an input the call passes elsewhere."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    parameters = [parameter.name for parameter in inspect.signature(function).parameters.values()
+                  if parameter.kind in kinds][:len(contract.inputs)]
+    if len(parameters) < len(contract.inputs):
+        return None
+    stems = [_stems(name) for name in contract.input_names]
+
+    def named(parameter: str) -> int | None:  # the one input the parameter's name names, if one
+        found = [index for index, own in enumerate(stems) if any(stem in parameter.lower() for stem in own)]
+        return found[0] if len(found) == 1 else None
+
+    order = [named(parameter) for parameter in parameters]
+    if all(index is None or index == position for position, index in enumerate(order)):
+        return None
+    call = ", ".join(contract.input_names)
+    rebound = ""
+    if sorted(index for index in order if index is not None) == list(range(len(order))):  # each input named once
+        passed = ", ".join(contract.input_names[index] for index in order)
+        rebound = f" (`lambda {call}: fn({passed})`, fn your function)"
+    return (f"its parameters ({', '.join(parameters)}) name the inputs in another order than the call, "
+            f"fn({call}): bind them in the call's order{rebound}?")
 
 
 def _unbound_mode(function: Callable[..., Any], contract: Contract) -> str | None:
@@ -154,7 +190,7 @@ def add_misfit_hint(verdict: Verdict, misfit: Misfit | None) -> None:
         return
     first = verdict.failures[0]
     raised = first.kind.startswith("raised ") or first.kind == STRUCTURE
-    hints = [hint for hint in (misfit.on_raise if raised else None, misfit.on_any)
+    hints = [hint for hint in (misfit.on_raise if raised else None, *misfit.on_any)
              if hint is not None and hint not in first.message]
     if hints:
         verdict.failures[0] = Failure(first.kind, first.message + "".join(f"\nhint: {hint}" for hint in hints))
