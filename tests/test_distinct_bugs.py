@@ -144,7 +144,9 @@ def _mean_of_row_means(token_losses, token_mask):  # an empty row's mean divides
 
 
 @pytest.mark.parametrize(("function", "mode", "hint"), [
-    (_multiplies_the_mask, "token-mean", "masked-out token_losses hold -inf: multiplied by the mask (0 * inf is NaN)"),
+    (_multiplies_the_mask, "token-mean", "masked-out token_losses hold -inf: multiplied by the mask (0 * inf is NaN)"
+                                         " rather than selected with a where? (where your padding is finite by "
+                                         "construction, declare it: --masked-values finite"),
     (_mean_of_row_means, "seq-mean-token-mean", "a mean over none of them (0 / 0)?"),
 ])
 def test_a_non_finite_loss_says_what_in_the_case_makes_it_so(function, mode, hint):
@@ -696,3 +698,18 @@ def test_a_backward_that_raises_is_its_own_bug_beside_a_loss_of_the_wrong_dtype(
                    dtypes=["float32"], max_examples=5)
     kinds = {failure.check: failure.kind for failure in report.failures}
     assert kinds == {"forward": "wrong output structure", "gradients": "backward raised ValueError"}, kinds
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_a_loss_of_shape_one_is_told_how_to_pick_its_value_out(framework):
+    """A loss reshaped to (1,) is a structure failure that shows the lambda indexing its one value, which, checked
+    as shown, conforms."""
+    from fuzz import check
+
+    pytest.importorskip(framework)
+    function = {"torch": _torch_loss_of_shape_one, "jax": _jax_loss_of_shape_one}[framework]
+    report = check(function, framework=framework, reduction="token-mean", dtypes=["float32"], max_examples=5)
+    shown = "`lambda token_losses, token_mask: fn(token_losses, token_mask)[0]`"
+    assert report.failures and all(shown in failure.message for failure in report.failures), report.failures
+    picked = eval(shown.strip("`"), {"fn": function})
+    assert check(picked, framework=framework, reduction="token-mean", dtypes=["float32"], max_examples=5).ok

@@ -231,3 +231,26 @@ def test_only_parameters_named_for_another_input_are_said_to_be_in_another_order
     misfit = misfit_of(function, "torch", ("torch",), bound)
     said = [hint for hint in (misfit.on_any if misfit else ()) if "another order" in hint]
     assert (said == []) if expected is None else (len(said) == 1 and expected in said[0]), said
+
+
+def _integer_mask_code(token_losses, token_mask):
+    import torch
+
+    padding = 1 - token_mask  # written for TRL's integer completion_mask
+    selected = token_losses.to(torch.promote_types(token_losses.dtype, torch.float32)).masked_fill(padding.bool(), 0)
+    return selected.sum() / token_mask.sum().clamp(min=1)
+
+
+def test_arithmetic_a_bool_mask_does_not_allow_is_told_how_to_check_code_for_integer_masks():
+    """`1 - mask` raises on the contract's bool mask; beside that raise, the lambda that passes the mask as the
+    trainer does (an integer one), which, checked as shown, conforms; a raise of anything else gets no such hint."""
+    pytest.importorskip("torch")
+    report = check(_integer_mask_code, framework="torch", reduction="token-mean", **FEW)
+    shown = "`lambda token_losses, token_mask: fn(token_losses, token_mask.long())`"
+    assert not report.ok and shown in report.failures[0].message, report.failures[0].message
+    assert "the call passes token_mask as a bool array" in report.failures[0].message
+    assert check(eval(shown.strip("`"), {"fn": _integer_mask_code}), framework="torch", reduction="token-mean",
+                 **FEW).ok
+    other = check(lambda token_losses, token_mask: token_losses.sum() / 0 + int("x"), framework="torch",
+                  reduction="token-mean", **FEW)
+    assert not other.ok and "integer masks" not in other.failures[0].message, other.failures[0].message

@@ -39,7 +39,8 @@ def non_finite_hint(case: Case) -> str | None:
         if special:
             why = "0 * inf is NaN" if any(value != "nan" for value in special) else "0 * NaN is NaN"
             hints.append(f"masked-out {spec.name} hold {', '.join(special)}: multiplied by the mask ({why}) rather "
-                         "than selected with a where?")
+                         "than selected with a where? (where your padding is finite by construction, declare it: "
+                         "--masked-values finite, masked_values=\"finite\" in check)")
         elif hint := _overflowing_padding(spec.name, held, mask, case.dtype):
             hints.append(hint)
     if empty := empty_selection(mask):

@@ -2,9 +2,10 @@
 another's arrays (`--framework jax` on a torch function), beside a raise or a wrong structure; parameters that name
 the inputs in another order than the call passes them (`fn(mask, losses)`), and a mode parameter left at a default
 that names another mode than the declared one (`loss_agg_mode="token-mean"` under `--reduction
-seq-mean-token-mean`), beside any failure. Read from the function itself, once, before any call; it
-changes no verdict, and may not fail a check: a function that cannot be read gets no hint. (A reduction checked as
-the default contract is refused before any call: fuzz/loader.py.)"""
+seq-mean-token-mean`), beside any failure; and beside a raise of arithmetic a bool mask does not allow (`1 - mask`),
+how to check code written for integer masks. Worked out once, before any call, from the function itself (and its
+framework and contract); it changes no verdict, and may not fail a check: a function that cannot be read gets no
+hint. (A reduction checked as the default contract is refused before any call: fuzz/loader.py.)"""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import contextlib
 import dis
 import functools
 import inspect
+import re
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ class Misfit:
 
     on_raise: str | None = None
     on_any: tuple[str, ...] = ()
+    on_bool_arithmetic: str | None = None  # beside a raise of arithmetic that a bool mask does not allow
 
 
 def misfit_of(function: Callable[..., Any], framework: str, libraries: Iterable[str],
@@ -44,8 +47,36 @@ def misfit_of(function: Callable[..., Any], framework: str, libraries: Iterable[
     adapter's name, whose adapter loads `libraries`): None where nothing in the function suggests a misfit."""
     on_any = tuple(hint for hint in (_guarded(_inputs_in_another_order, function, contract),
                                      _guarded(_unbound_mode, function, contract)) if hint is not None)
-    found = Misfit(_guarded(_foreign_framework, function, framework, libraries), on_any)
-    return found if found.on_raise or found.on_any else None
+    found = Misfit(_guarded(_foreign_framework, function, framework, libraries), on_any,
+                   _guarded(_integer_masks, framework, contract))
+    return found if found.on_raise or found.on_any or found.on_bool_arithmetic else None
+
+
+# What each framework raises on arithmetic a bool array does not allow (`1 - mask`, `-mask`), which code written for
+# integer masks does: torch's "Subtraction, the `-` operator, with a bool tensor is not supported", NumPy's "numpy
+# boolean subtract", JAX's "sub does not accept dtype bool".
+BOOL_ARITHMETIC = re.compile(r"bool tensors? is not supported|two bool tensors|numpy boolean (subtract|negative)|"
+                             r"does not accept dtype bool")
+# A bool mask as an integer one, in each framework's spelling
+_AS_INTEGERS = {"torch": "{}.long()", "numpy": "{}.astype(np.int64)", "jax": "{}.astype(jnp.int32)"}
+
+
+def _integer_masks(framework: str, contract: Contract) -> str | None:
+    """What to say where the function raises on arithmetic a bool mask does not allow: the call passes its masks
+    as bool arrays (the contract's), and code written for integer masks (TRL's completion_mask, verl's
+    response_mask) is checked with them converted, as the trainer passes them."""
+    masks = [spec.name for spec in contract.inputs if spec.kind == "bool"]
+    if not masks:
+        return None
+    arrays = "a bool array" if len(masks) == 1 else "bool arrays"
+    said = (f"the call passes {' and '.join(masks)} as {arrays} (the contract's); code written for integer masks is "
+            "checked with them converted")
+    if framework not in _AS_INTEGERS:
+        return said
+    call = ", ".join((*contract.input_names, *(("**keywords",) if contract.keywords else ())))
+    passed = ", ".join(_AS_INTEGERS[framework].format(name) if name in masks else name
+                       for name in (*contract.input_names, *(("**keywords",) if contract.keywords else ())))
+    return f"{said}: `lambda {call}: fn({passed})`, fn your function (not `~` on an integer mask: ~1 is -2)"
 
 
 def _guarded(read: Callable[..., str | None], *arguments: Any) -> str | None:
@@ -190,7 +221,9 @@ def add_misfit_hint(verdict: Verdict, misfit: Misfit | None) -> None:
         return
     first = verdict.failures[0]
     raised = first.kind.startswith("raised ") or first.kind == STRUCTURE
-    hints = [hint for hint in (misfit.on_raise if raised else None, *misfit.on_any)
+    bool_arithmetic = first.kind.startswith("raised ") and BOOL_ARITHMETIC.search(first.message)
+    hints = [hint for hint in (misfit.on_raise if raised else None,
+                               misfit.on_bool_arithmetic if bool_arithmetic else None, *misfit.on_any)
              if hint is not None and hint not in first.message]
     if hints:
         verdict.failures[0] = Failure(first.kind, first.message + "".join(f"\nhint: {hint}" for hint in hints))

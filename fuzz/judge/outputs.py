@@ -54,7 +54,10 @@ def check_outputs(result: Any, adapter: Framework, case: Case) -> tuple[ReadBack
         if adapter.device_of(value) != case.device:
             verdict.fail(STRUCTURE, f"{spec.name} is on {adapter.device_of(value)}, expected {case.device}")
         if tuple(value.shape) != shape:
-            verdict.fail(STRUCTURE, f"{spec.name} has shape {tuple(value.shape)}, expected {shape}")
+            # a loss reshaped to (1,) (as some code does before an all_reduce): its one value picked out is 0-d
+            picked = (_checked_instead(case, "its one value", "[0]") if tuple(value.shape) == (1,) and shape == ()
+                      and len(contract.outputs) == 1 else "")
+            verdict.fail(STRUCTURE, f"{spec.name} has shape {tuple(value.shape)}, expected {shape}{picked}")
             continue
         try:
             values[spec.name], dtypes[spec.name] = adapter.to_float64(value).reshape(shape), dtype
@@ -80,6 +83,14 @@ def _picked_out(value: Any, adapter: Framework, case: Case) -> str:
         where, pick = f"its item {key!r}", f"[{key!r}]"
     else:
         return ""
+    return _checked_instead(case, where, pick)
+
+
+def _checked_instead(case: Case, where: str, pick: str) -> str:
+    """"; if WHERE is the loss, check `lambda ...: fn(...)PICK` ...": how to check a function of a one-output
+    contract through a lambda that picks its output out of what it returned."""
+    contract = case.contract
+    name = contract.outputs[0].name
     arguments = ", ".join((*contract.input_names, *(("**keywords",) if contract.keywords else ())))
     return (f"; if {where} is the {name}, check `lambda {arguments}: fn({arguments}){pick}` with fn your function "
             f"(on the command line: `{name}_only = lambda ...` in a file of yours, checked as FILE:{name}_only)")
