@@ -3,8 +3,8 @@ another's arrays (`--framework jax` on a torch function), beside a raise or a wr
 the inputs in another order than the call passes them (`fn(mask, losses)`), and a mode parameter left at a default
 that names another mode than the declared one (`loss_agg_mode="token-mean"` under `--reduction
 seq-mean-token-mean`), beside any failure; and beside a raise of arithmetic a bool mask does not allow (`1 - mask`),
-how to check code written for integer masks. Worked out once, before any call, from the function itself (and its
-framework and contract); it changes no verdict, and may not fail a check: a function that cannot be read gets no
+how to check code written for integer masks (from its framework and contract alone). Read from the function itself,
+once, before any call; it changes no verdict, and may not fail a check: a function that cannot be read gets no
 hint. (A reduction checked as the default contract is refused before any call: fuzz/loader.py.)"""
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ class Misfit:
 
     on_raise: str | None = None
     on_any: tuple[str, ...] = ()
-    on_bool_arithmetic: str | None = None  # beside a raise of arithmetic that a bool mask does not allow
 
 
 def misfit_of(function: Callable[..., Any], framework: str, libraries: Iterable[str],
@@ -47,9 +46,8 @@ def misfit_of(function: Callable[..., Any], framework: str, libraries: Iterable[
     adapter's name, whose adapter loads `libraries`): None where nothing in the function suggests a misfit."""
     on_any = tuple(hint for hint in (_guarded(_inputs_in_another_order, function, contract),
                                      _guarded(_unbound_mode, function, contract)) if hint is not None)
-    found = Misfit(_guarded(_foreign_framework, function, framework, libraries), on_any,
-                   _guarded(_integer_masks, framework, contract))
-    return found if found.on_raise or found.on_any or found.on_bool_arithmetic else None
+    found = Misfit(_guarded(_foreign_framework, function, framework, libraries), on_any)
+    return found if found.on_raise or found.on_any else None
 
 
 # What each framework raises on arithmetic a bool array does not allow (`1 - mask`, `-mask`), which code written for
@@ -61,7 +59,7 @@ BOOL_ARITHMETIC = re.compile(r"bool tensors? is not supported|two bool tensors|n
 _AS_INTEGERS = {"torch": "{}.long()", "numpy": "{}.astype(np.int64)", "jax": "{}.astype(jnp.int32)"}
 
 
-def _integer_masks(framework: str, contract: Contract) -> str | None:
+def integer_masks_hint(framework: str, contract: Contract) -> str | None:
     """What to say where the function raises on arithmetic a bool mask does not allow: the call passes its masks
     as bool arrays (the contract's), and code written for integer masks (TRL's completion_mask, verl's
     response_mask) is checked with them converted, as the trainer passes them."""
@@ -214,16 +212,18 @@ def _unwrapped(function: Any) -> list[Any]:
     return chain
 
 
-def add_misfit_hint(verdict: Verdict, misfit: Misfit | None) -> None:
+def add_misfit_hint(verdict: Verdict, misfit: Misfit | None, integer_masks: str | None = None) -> None:
     """The hints beside the verdict's first failure, each where it applies: on a line of its own, as no part of
-    what the function raised."""
-    if misfit is None or not verdict.failures:
+    what the function raised; `integer_masks` (integer_masks_hint's) beside a raise of arithmetic a bool mask does
+    not allow."""
+    if not verdict.failures:
         return
+    misfit = misfit or Misfit()
     first = verdict.failures[0]
     raised = first.kind.startswith("raised ") or first.kind == STRUCTURE
     bool_arithmetic = first.kind.startswith("raised ") and BOOL_ARITHMETIC.search(first.message)
-    hints = [hint for hint in (misfit.on_raise if raised else None,
-                               misfit.on_bool_arithmetic if bool_arithmetic else None, *misfit.on_any)
+    hints = [hint for hint in (misfit.on_raise if raised else None, integer_masks if bool_arithmetic else None,
+                               *misfit.on_any)
              if hint is not None and hint not in first.message]
     if hints:
         verdict.failures[0] = Failure(first.kind, first.message + "".join(f"\nhint: {hint}" for hint in hints))

@@ -23,7 +23,7 @@ from fuzz.judge.draws import Draw, choice, draw_case, drawer
 from fuzz.judge.example import check_example
 from fuzz.judge.forward import failed_on_the_second_call
 from fuzz.judge.gradients import gradient_example
-from fuzz.judge.misfit import add_misfit_hint
+from fuzz.judge.misfit import add_misfit_hint, integer_masks_hint
 from fuzz.judge.subject import Subject
 from fuzz.judge.verdict import Verdict
 from fuzz.report.results import FIXED_CASE, Bug, CellResult
@@ -156,7 +156,7 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
         for label, ratio in verdict.error_ratios.items():
             target(min(ratio, TARGET_CAP), label=label)
         if not verdict.ok:
-            add_misfit_hint(verdict, subject.misfit)
+            add_misfit_hint(verdict, subject.misfit, integer_masks_hint(subject.adapter.name, subject.contract))
             failed, second_call_failed = True, second_call_failed or failed_on_the_second_call(verdict)
             raise counterexample_of_kind(verdict.kind)(verdict.case or case, verdict)
 
