@@ -4,6 +4,7 @@ binds a mode), a lambda."""
 
 from __future__ import annotations
 
+import fractions
 import functools
 import importlib.util
 import subprocess
@@ -332,3 +333,43 @@ def test_the_snippet_of_a_packages_function_imports_it_by_its_name(tmp_path):
     run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{root}:{tmp_path / 'proj'}"})
     assert run.returncode == 1 and "AssertionError: loss" in run.stderr, run.stderr[-2000:]
+
+
+CONFIGURED = """
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Config:
+    max_completion_length: int = 1024
+
+
+def dr_grpo(token_losses, token_mask, args):
+    selected = np.where(token_mask, token_losses, 0).astype(np.float64)
+    return np.asarray(selected.sum() / max(len(token_mask) * token_mask.shape[-1], 1))  # the width, not L_max
+"""
+
+
+def test_the_snippet_of_a_partial_bound_to_a_config_object_rebuilds_it(tmp_path):
+    """A loss with its config bound (`functools.partial(dr_grpo, args=Config(...))`, as a trainer's test binds a
+    dataclass config): the snippet names the config's class from the module that defines it and rebuilds the
+    partial, and reproduces the bug; an object whose repr does not rebuild it still says to define the partial."""
+    folder = tmp_path / "configured"
+    folder.mkdir()
+    (folder / "losses.py").write_text(CONFIGURED)
+    module = _module_from(folder / "losses.py")
+    bound = functools.partial(module.dr_grpo, args=module.Config(max_completion_length=256))
+    lines, name = snippet_binding(bound)
+    assert lines[-3:] == ("Config = _module.Config", "import functools",
+                          f"{name} = functools.partial(dr_grpo, args=Config(max_completion_length=256))"), lines
+    report = check(bound, framework="numpy", reduction="dr_grpo", l_max=256, dtypes=["float64"], max_examples=20,
+                   seed=0, fail_fast=True)
+    assert not report.ok
+    run = _run_snippet(report.failures[0].snippet, tmp_path / "run")
+    assert run.returncode == 1 and "AssertionError: loss" in run.stderr, run.stderr[-2000:]
+    opaque = functools.partial(module.dr_grpo, args=object())
+    assert snippet_binding(opaque)[0][-1].endswith("= None")
+    imported = snippet_binding(functools.partial(module.dr_grpo, args=fractions.Fraction(1, 3)))[0]
+    assert imported[-3:-1] == ("from fractions import Fraction", "import functools"), imported

@@ -41,16 +41,45 @@ def display_name(function: Callable[..., Any]) -> str:
 
 def _partial_binding(partial: functools.partial) -> tuple[tuple[str, ...], str]:
     """The wrapped function's lines, then the partial rebuilt from its arguments where each one's repr is its
-    value again (numbers, strings, None, containers of them); otherwise a comment says to bind them."""
+    value again (numbers, strings, None, containers of them, or an object such as a dataclass config whose class
+    the snippet can name); otherwise a comment says to bind them."""
     lines, inner = snippet_binding(partial.func)
     name = "function" if inner != "function" else "bound"
     values = [*partial.args, *partial.keywords.values()]
-    if not all(_round_trips(value) for value in values):
-        return (*lines, f"# {name} is {display_name(partial)}: define it here, its arguments bound",
-                f"{name} = None"), name
+    loaded = "_module = importlib.util.module_from_spec(_spec)" in lines  # the function's module, from its file
+    classes: dict[str, None] = {}  # the lines naming the classes of the arguments without a literal, each once
+    for value in values:
+        if not _round_trips(value):
+            line = _class_line(value, partial.func, loaded)
+            if line is None:
+                return (*lines, f"# {name} is {display_name(partial)}: define it here, its arguments bound",
+                        f"{name} = None"), name
+            classes[line] = None
     arguments = [inner, *map(repr, partial.args), *(f"{key}={value!r}" for key, value in partial.keywords.items())]
     special = ["from math import inf, nan"] if any(type(v) is float and not math.isfinite(v) for v in values) else []
-    return (*lines, *special, "import functools", f"{name} = functools.partial({', '.join(arguments)})"), name
+    return (*lines, *special, *classes, "import functools",
+            f"{name} = functools.partial({', '.join(arguments)})"), name
+
+
+def _class_line(value: object, function: Callable[..., Any], loaded: bool) -> str | None:
+    """The line that names `value`'s class in a snippet, where `repr(value)` rebuilds an equal value from it (a
+    dataclass config): from the function's own module where it is defined there and the snippet loads that module
+    (`_module`), else imported from the module that defines it by that module's name; None where neither holds."""
+    cls = type(value)
+    name, module_name = cls.__qualname__, cls.__module__
+    if not name.isidentifier():  # a nested or local class
+        return None
+    try:
+        if eval(repr(value), {"__builtins__": {}, name: cls, "inf": math.inf, "nan": math.nan}) != value:
+            return None
+    except Exception:  # a repr that is no expression of the class, or an __eq__ that raises
+        return None
+    if loaded and _module_of(function)[1].get(name) is cls:
+        return f"{name} = _module.{name}"
+    module = sys.modules.get(module_name)
+    if module_name == "__main__" or module_name.startswith("_fuzz_target") or getattr(module, name, None) is not cls:
+        return None
+    return f"from {module_name} import {name}"
 
 
 def _round_trips(value: object) -> bool:
