@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from fuzz.report.binding import module_attribute_line, module_file_lines
+from fuzz.report.binding import TARGET_MODULE, module_attribute_line, module_file_lines
 from fuzz.report.texts import a_type_name
 
 # How a hint tells a reduction checked as the default contract to declare itself.
@@ -186,7 +186,7 @@ def _load_target(spec: str) -> Target:
         folder = os.path.dirname(path)
         if folder not in sys.path:
             sys.path.insert(0, folder)
-        module_name = "_fuzz_target_" + os.path.splitext(os.path.basename(path))[0]
+        module_name = f"{TARGET_MODULE}_{os.path.splitext(os.path.basename(path))[0]}"
         module_spec = importlib.util.spec_from_file_location(module_name, path)
         if module_spec is None or module_spec.loader is None:
             raise LoadError(f"{location}: cannot be loaded as a Python module")

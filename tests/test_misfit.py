@@ -223,6 +223,9 @@ def _magnitude(log_probs, mask, advantages):
     (lambda x, m: 0, "reduction", None),
     (lambda *arguments: 0, "reduction", None),
     (lambda mask, values: 0, "reduction", "fn(token_losses, token_mask): bind them in the call's order?"),
+    # a per-chunk loss: the lambda passes the step's keywords on, as the engine calls it with them
+    (lambda mask, losses, **step: 0, "accumulation",
+     "`lambda token_losses, token_mask, **keywords: fn(token_mask, token_losses, **keywords)`"),
 ])
 def test_only_parameters_named_for_another_input_are_said_to_be_in_another_order(function, contract, expected):
     """The mask named first where the call passes it second is said (with the lambda where every parameter names

@@ -291,6 +291,7 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
     call = f"functools.partial({subject.function_name}, **KEYWORDS)"
     allowed = list(contract.output_dtypes(case.dtype))
     if cotangents is None:
+        shape = contract.output_shape(output, case.sizes)
         lines += [
             f"returned = [{call}(*chunk) for chunk in chunks]",
             "# each chunk's loss: an array of the framework, of an allowed dtype, as the suite checks first",
@@ -301,9 +302,8 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
             "    dtype = str(out.dtype).split('.')[-1]",
             f"    assert dtype in {allowed!r}, \\",
             f"        f'chunk {{k}}: {output} of dtype {{dtype}}, want {' or '.join(allowed)}'",
-            f"    assert tuple(out.shape) == {contract.output_shape(output, case.sizes)!r}, \\",
-            f"        f'chunk {{k}}: {output} has shape {{tuple(out.shape)}}, expected "
-            f"{contract.output_shape(output, case.sizes)!r}'",
+            f"    assert tuple(out.shape) == {shape!r}, \\",
+            f"        f'chunk {{k}}: {output} has shape {{tuple(out.shape)}}, expected {shape!r}'",
             "losses = [as_float64(out) for out in returned]",
             "combined = sum(WEIGHT * float(value) for value in losses)",
             f"expected, tolerance = {float(expected.outputs()[output])!r}, {float(tol[output])!r}",

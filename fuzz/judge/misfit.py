@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fuzz.judge.verdict import STRUCTURE, Failure, Verdict
+from fuzz.report.texts import checked_through
 from reference.contract import Contract
 from reference.contracts import get_contract
 
@@ -71,10 +72,8 @@ def integer_masks_hint(framework: str, contract: Contract) -> str | None:
             "checked with them converted")
     if framework not in _AS_INTEGERS:
         return said
-    call = ", ".join((*contract.input_names, *(("**keywords",) if contract.keywords else ())))
-    passed = ", ".join(_AS_INTEGERS[framework].format(name) if name in masks else name
-                       for name in (*contract.input_names, *(("**keywords",) if contract.keywords else ())))
-    return f"{said}: `lambda {call}: fn({passed})`, fn your function (not `~` on an integer mask: ~1 is -2)"
+    passed = [_AS_INTEGERS[framework].format(name) if name in masks else name for name in contract.input_names]
+    return f"{said}: `{checked_through(contract, passed)}`, fn your function (not `~` on an integer mask: ~1 is -2)"
 
 
 def _guarded(read: Callable[..., str | None], *arguments: Any) -> str | None:
@@ -112,8 +111,8 @@ def _inputs_in_another_order(function: Callable[..., Any], contract: Contract) -
     call = ", ".join(contract.input_names)
     rebound = ""
     if sorted(index for index in order if index is not None) == list(range(len(order))):  # each input named once
-        passed = ", ".join(contract.input_names[index] for index in order)
-        rebound = f" (`lambda {call}: fn({passed})`, fn your function)"
+        passed = [contract.input_names[index] for index in order]
+        rebound = f" (`{checked_through(contract, passed)}`, fn your function)"
     return (f"its parameters ({', '.join(parameters)}) name the inputs in another order than the call, "
             f"fn({call}): bind them in the call's order{rebound}?")
 

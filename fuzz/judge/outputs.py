@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fuzz.judge.verdict import INPUT_MODIFIED, STRUCTURE, Verdict
-from fuzz.report.texts import a_type_name
+from fuzz.report.texts import a_type_name, checked_through
 from impls.frameworks import VJP, Framework, Inputs, InputSnapshot
 from reference.case import Case
 
@@ -91,9 +91,9 @@ def _checked_instead(case: Case, where: str, pick: str) -> str:
     contract through a lambda that picks its output out of what it returned."""
     contract = case.contract
     name = contract.outputs[0].name
-    arguments = ", ".join((*contract.input_names, *(("**keywords",) if contract.keywords else ())))
-    return (f"; if {where} is the {name}, check `lambda {arguments}: fn({arguments}){pick}` with fn your function "
-            f"(on the command line: `{name}_only = lambda ...` in a file of yours, checked as FILE:{name}_only)")
+    return (f"; if {where} is the {name}, check `{checked_through(contract, contract.input_names, pick)}` with fn "
+            f"your function (on the command line: `{name}_only = lambda ...` in a file of yours, checked as "
+            f"FILE:{name}_only)")
 
 
 def check_gradient_arrays(vjp: VJP, adapter: Framework, case: Case) -> tuple[ReadBack | None, Verdict]:

@@ -26,6 +26,11 @@ def snippet_binding(function: Callable[..., Any]) -> tuple[tuple[str, ...], str]
 
 
 DISPLAY_WIDTH = 80  # a partial's name in reports: its arguments' reprs cut to fit a line
+# What the suite names a module it loads from a file (a target `FILE:function`; a snippet's `_module`): no module of
+# the user's is importable by such a name in a snippet of its own
+TARGET_MODULE = "_fuzz_target"
+# The line by which a snippet's module_file_lines have loaded the function's module as `_module`
+MODULE_LOADED = "_module = importlib.util.module_from_spec(_spec)"
 
 
 def display_name(function: Callable[..., Any]) -> str:
@@ -46,7 +51,7 @@ def _partial_binding(partial: functools.partial) -> tuple[tuple[str, ...], str]:
     lines, inner = snippet_binding(partial.func)
     name = "function" if inner != "function" else "bound"
     values = [*partial.args, *partial.keywords.values()]
-    loaded = "_module = importlib.util.module_from_spec(_spec)" in lines  # the function's module, from its file
+    loaded = MODULE_LOADED in lines  # the function's module, from its file
     classes: dict[str, None] = {}  # the lines naming the classes of the arguments without a literal, each once
     for value in values:
         if not _round_trips(value):
@@ -77,7 +82,7 @@ def _class_line(value: object, function: Callable[..., Any], loaded: bool) -> st
     if loaded and _module_of(function)[1].get(name) is cls:
         return f"{name} = _module.{name}"
     module = sys.modules.get(module_name)
-    if module_name == "__main__" or module_name.startswith("_fuzz_target") or getattr(module, name, None) is not cls:
+    if module_name == "__main__" or module_name.startswith(TARGET_MODULE) or getattr(module, name, None) is not cls:
         return None
     return f"from {module_name} import {name}"
 
@@ -104,7 +109,7 @@ def module_file_lines(path: str, module_name: str, script: bool = False) -> tupl
         "sys.path.insert(0, os.path.dirname(_file))  # the file's folder, as `python FILE` has it",
         f"_name = {module_name!r}",
         "_spec = importlib.util.spec_from_file_location(_name, _file)",
-        "_module = importlib.util.module_from_spec(_spec)",
+        MODULE_LOADED,
         *(("# this runs the script's top level, a check() call there included, but not its "
            "`if __name__ == \"__main__\":` block",) if script else ()),
         "_spec.loader.exec_module(_module)",
@@ -117,7 +122,7 @@ def _function_lines(function: Callable[..., Any]) -> tuple[tuple[str, ...], str]
     name, or its source after its module's names (a function defined inside another one, a lambda), with its
     free variables assigned first where their values are literals; otherwise a comment saying to define it."""
     path, names = _module_of(function)
-    lines = module_file_lines(path, "_fuzz_target", script=names.get("__name__") == "__main__") if path else ()
+    lines = module_file_lines(path, TARGET_MODULE, script=names.get("__name__") == "__main__") if path else ()
     code = getattr(function, "__code__", None)
     package = names.get("__package__")
     for held in (getattr(function, "__name__", None), getattr(code, "co_name", None)):  # __name__ may be renamed

@@ -6,6 +6,9 @@ last lines, under a label saying what happened; the JSON report keeps the full t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from impls.frameworks import FRAMEWORK_NAMES, adapter_class
 
 
@@ -24,6 +27,13 @@ def compiler_failure_label(message: str) -> str | None:
 
 def is_compile_failure(message: str) -> bool:
     return compiler_failure_label(message) is not None
+
+
+def checked_through(contract: Any, arguments: Sequence[str], pick: str = "") -> str:
+    """`lambda <the call's parameters>: fn(<arguments>)<pick>`: how a hint shows a user's function `fn` checked
+    through a lambda, the step's keywords passed on where the contract's call has them."""
+    keywords = ("**keywords",) if contract.keywords else ()
+    return f"lambda {', '.join((*contract.input_names, *keywords))}: fn({', '.join((*arguments, *keywords))}){pick}"
 
 
 def a_type_name(value: object) -> str:
