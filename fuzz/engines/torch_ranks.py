@@ -41,6 +41,7 @@ from fuzz.engines.registry import Engine
 from fuzz.engines.split import MESHES, Split
 from fuzz.judge.verdict import Verdict
 from fuzz.run.processes import DidNotStart, died_at_start, fork_server_context, slow_to_start, suite_process_name
+from impls.frameworks import adapter_class
 from reference.case import Case
 
 DEFAULT_TIMEOUT_S = 60.0  # per example; a correct example takes milliseconds, a cold start seconds
@@ -79,8 +80,9 @@ class RankFailure(Exception):
 
 
 # What the fork server imports before it forks ranks: torch (a CUDA context is not made by importing it, so the
-# ranks may still pick their GPU) and this module, whose `_rank_main` every rank runs.
-RANK_PRELOAD = ("torch", "torch.distributed", __name__)
+# ranks may still pick their GPU), what a rank's first backward imports (torch's adapter's modules: autograd's
+# symbolic shapes) and this module, whose `_rank_main` every rank runs.
+RANK_PRELOAD = (*adapter_class("torch").modules, "torch.distributed", __name__)
 
 
 def rank_context() -> Any:

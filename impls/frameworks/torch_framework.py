@@ -61,7 +61,9 @@ def _snippet_vjp(contract: Contract) -> tuple[str, ...]:
 class TorchFramework(Framework):
     name = "torch"
     array_type = "torch.Tensor"
-    modules = ("torch",)
+    # autograd imports its symbolic shapes (and sympy: half a second) at a process's first backward with given
+    # cotangents, as every VJP here has: once in the server that workers and ranks fork from, not in each of them
+    modules = ("torch", "torch.fx.experimental.symbolic_shapes")
     compiler_modules = ("torch._dynamo", "torch._inductor.compile_fx", "impls.frameworks.torch_compiler_warmup")
     layouts = STRIDED_LAYOUTS_WITHOUT_NEGATIVE
     layouts_note = "negative strides n/a: torch has none"
