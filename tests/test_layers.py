@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("reference", "impls", "fuzz", "bench")  # each may import only itself and the ones before it (bench
-# uses fuzz's report files, one atomic writer and one HTML report, and its TARGET loader)
+# uses fuzz's report files, its TARGET loader and its check of a TARGET's first call)
 ALLOWED = {"reference": {"reference"}, "impls": {"reference", "impls"}, "fuzz": {"reference", "impls", "fuzz"},
            "bench": {"reference", "impls", "fuzz", "bench"}}
 

@@ -8,6 +8,7 @@ against the reference and the exact VJP), `snippets` (counterexamples that launc
 `cell` and `plan` (one sharded cell under Hypothesis; the plan of cells), `registry` (the engines by name),
 `chunks` and `accumulation` (a step split into R x G chunks; the in-process engine that calls a per-chunk
 function on each), `torch_ddp` and `jax_accumulation` (the rank forms of a per-chunk function under DDP and
-under shard_map), `jax_mesh` and `jax_plain` (a per-shard body under shard_map; a plain jit on sharded inputs)
-and `replies` (what a rank sends back). Nothing here imports a framework at module level.
+under shard_map), `jax_mesh` and `jax_plain` (a per-shard body under shard_map; a plain jit on sharded inputs),
+`replies` (what a rank sends back) and `freshness` (whether a kept process still runs the user's code as it is
+on disk). Nothing here imports a framework at module level.
 """

@@ -1,4 +1,5 @@
-"""A worker process with host-platform CPU devices for the JAX engines (fuzz/engines/jax_mesh.py, jax_plain.py).
+"""A worker process with host-platform CPU devices for the JAX engines (fuzz/engines/jax_mesh.py, jax_plain.py,
+jax_accumulation.py).
 
 JAX fixes its device count when it initializes, from XLA_FLAGS=--xla_force_host_platform_device_count=N,
 so the sharded JAX runs need a process of their own: this one is spawned with that flag, and it is kept

@@ -1,7 +1,8 @@
 """A failing sharded example as a script that launches the ranks itself: torch.multiprocessing.spawn on
 gloo (127.0.0.1), or a shard_map (or a plain jit of sharded inputs) over host-platform CPU devices. Save it as
 a file and run it (spawned ranks import the main module, so it cannot be piped to `python -`); it exits
-non-zero while the bug is there. The engines (torch_ranks.py, jax_mesh.py, jax_plain.py) call these.
+non-zero while the bug is there. The engines call these: the sharded ones (torch_ranks.py, jax_mesh.py,
+jax_plain.py) and the micro-batch ones (accumulation.py, torch_ddp.py, jax_accumulation.py).
 """
 
 from __future__ import annotations
