@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.contracts import REDUCTION, canonical_mode
+from bench.contracts import REDUCTION, canonical_mode, mode_spellings
 from bench.plan import CHOICES, devices_here, foreign_implementations, parse_names
 
 PACKAGE = Path(__file__).resolve().parent
@@ -145,9 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"comma-separated from {choices['implementations']} (any contract's built-ins; each "
                         "runs for the selected contracts that have it); default: every available one")
     parser.add_argument("--reduction", type=_reduction_mode, metavar="MODE",
-                        help="the mode the reduction contract's rows run (token-mean, seq-mean-token-mean, "
-                        "seq-mean-token-sum-norm, seq-mean-token-sum, token-sum, or an alias such as grpo); "
-                        "default: token-mean")
+                        help=f"the mode the reduction contract's rows run: {mode_spellings()}; default: token-mean")
     parser.add_argument("--devices", type=_selection("devices"),
                         help=f"comma-separated from {choices['devices']}; default: every device present")
     parser.add_argument("--dtypes", type=_selection("dtypes"),

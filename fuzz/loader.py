@@ -3,6 +3,7 @@ function's signature against its contract's call."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -151,10 +152,12 @@ class Target:
 
 
 def _functions_defined(module: object) -> str:
-    """The functions a module defines itself (not those it imports), for a target that named none of them."""
-    own = sorted(name for name, value in vars(module).items()
-                 if inspect.isfunction(value) and value.__module__ == getattr(module, "__name__", None)
-                 and not name.startswith("_"))
+    """The functions a module defines itself (not those it imports) and its `functools.partial`s (a mode bound
+    to a trainer's loss, `grpo = partial(compute_loss, loss_type="grpo")`: a target too), for a target that named
+    none of them."""
+    own = sorted(name for name, value in vars(module).items() if not name.startswith("_") and (
+        isinstance(value, functools.partial)
+        or (inspect.isfunction(value) and value.__module__ == getattr(module, "__name__", None))))
     return f" (it defines {', '.join(own)})" if own else " (it defines no public function)"
 
 

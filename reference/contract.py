@@ -170,6 +170,11 @@ class Parameter:
                              + (f" (did you mean {near[0]}?)" if near else ""))
         return self.check(value) if self.check is not None else value
 
+    def spellings(self) -> str:
+        """Every spelling `value` accepts, as a command's help lists them: the choices, then the aliases."""
+        choices = ", ".join(str(choice) for choice in self.choices or ())
+        return f"{choices}; or an alias: {', '.join(self.aliases)}" if self.aliases else choices
+
     def implied(self, given: Any) -> Mapping[str, Any]:
         """What the spelling `given` declares of the other parameters (nothing for most spellings)."""
         return self.implies.get(given, {}) if isinstance(given, str) else {}

@@ -184,7 +184,8 @@ def test_one_bug_of_a_rank_form_is_one_block_over_its_splits_and_passes():
 
 def test_the_other_cells_of_a_bug_are_one_item_per_split_and_wording():
     """Twenty cells of one rank-form bug (four dtypes, five splits) read as five items: the cells of one split whose
-    failures differ only in their numbers share one, which names them all; another wording is another item."""
+    failures differ only in their numbers share one, which names them all and whose numbers it shows; another
+    wording is another item."""
     kind = "loss out of tolerance"
     cells = []
     for split in ("R1xG2", "R2xG1", "R2xG2", "R1xG4", "R4xG1"):
@@ -195,8 +196,9 @@ def test_the_other_cells_of_a_bug_are_one_item_per_split_and_wording():
             cells.append(cell)
     cells[-1].bugs[0].failures = [f"{kind}: loss = nan, expected 0.5"]
     items = _items("\n".join(bugs(cells)))
-    assert items[0] == ("  - R1xG2 in cpu bfloat16, cpu float32, cpu float64: loss = 1.5, expected 0.1 (err/tol = "
-                        "1e+01): the combined loss is 2x with R1xG2")
+    # their numbers differ: the item says whose it shows (a float64 cell's err/tol may be far above float32's)
+    assert items[0] == ("  - R1xG2 in cpu bfloat16, cpu float32, cpu float64 (the numbers of cpu bfloat16): loss = "
+                        "1.5, expected 0.1 (err/tol = 1e+01): the combined loss is 2x with R1xG2")
     assert len(items) == 6 and items[-1] == "  - R4xG1 in cpu float64: loss = nan, expected 0.5"
     # the digits of a name are words: two dtypes' structure failures are two items
     structure = [_failing("f", "forward", "wrong output structure") for _ in range(3)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fuzz.judge.verdict import STRUCTURE, Failure, Verdict
-from fuzz.report.texts import checked_through
+from fuzz.report.texts import checked_through, named_in_a_file
 from reference.contract import Contract
 from reference.contracts import get_contract
 
@@ -73,7 +73,8 @@ def integer_masks_hint(framework: str, contract: Contract) -> str | None:
     if framework not in _AS_INTEGERS:
         return said
     passed = [_AS_INTEGERS[framework].format(name) if name in masks else name for name in contract.input_names]
-    return f"{said}: `{checked_through(contract, passed)}`, fn your function (not `~` on an integer mask: ~1 is -2)"
+    return (f"{said}: `{checked_through(contract, passed)}`, fn your function ({named_in_a_file('integer_masks')}; "
+            "not `~` on an integer mask: ~1 is -2)")
 
 
 def _guarded(read: Callable[..., str | None], *arguments: Any) -> str | None:
@@ -112,7 +113,7 @@ def _inputs_in_another_order(function: Callable[..., Any], contract: Contract) -
     rebound = ""
     if sorted(index for index in order if index is not None) == list(range(len(order))):  # each input named once
         passed = [contract.input_names[index] for index in order]
-        rebound = f" (`{checked_through(contract, passed)}`, fn your function)"
+        rebound = f" (`{checked_through(contract, passed)}`, fn your function; {named_in_a_file('reordered')})"
     return (f"its parameters ({', '.join(parameters)}) name the inputs in another order than the call, "
             f"fn({call}): bind them in the call's order{rebound}?")
 

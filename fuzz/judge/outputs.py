@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fuzz.judge.verdict import INPUT_MODIFIED, STRUCTURE, Verdict
-from fuzz.report.texts import a_type_name, checked_through
+from fuzz.report.texts import a_type_name, checked_through, named_in_a_file
 from impls.frameworks import VJP, Framework, Inputs, InputSnapshot
 from reference.case import Case
 
@@ -92,8 +92,7 @@ def _checked_instead(case: Case, where: str, pick: str) -> str:
     contract = case.contract
     name = contract.outputs[0].name
     return (f"; if {where} is the {name}, check `{checked_through(contract, contract.input_names, pick)}` with fn "
-            f"your function (on the command line: `{name}_only = lambda ...` in a file of yours, checked as "
-            f"FILE:{name}_only)")
+            f"your function ({named_in_a_file(f'{name}_only')})")
 
 
 def check_gradient_arrays(vjp: VJP, adapter: Framework, case: Case) -> tuple[ReadBack | None, Verdict]:

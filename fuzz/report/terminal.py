@@ -249,7 +249,8 @@ def other_cells(kind: str, cells: Sequence[tuple[str, str, str, str]]) -> list[s
     """(device, dtype, check, first failure) of the other cells of one bug: an item for each split and pass and
     each wording of the failure, its numbers aside, naming its cells and the first one's failure line whole (the
     engine is the block's own, and a rank form's explanation of its factor differs from split to split), so one
-    bug in four dtypes and five splits is five items, not twenty."""
+    bug in four dtypes and five splits is five items, not twenty. Where the cells' numbers differ, the item
+    says whose it shows."""
     groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
     for device, dtype, check, failure in cells:
         # a message that starts with its kind ("raised TypeError: ...") is shown without it
@@ -258,7 +259,10 @@ def other_cells(kind: str, cells: Sequence[tuple[str, str, str, str]]) -> list[s
     lines = []
     for (split, _), members in groups.items():
         where = ", ".join(f"{device} {dtype}" for device, dtype, _ in members)
-        lines += wrap(f"- {split} in {where}: {members[0][2]}".rstrip(), indent="  ")
+        device, dtype, message = members[0]
+        # numbers differ from cell to cell (a float64 cell's err/tol may be 1e10 where float32's is 1.3): say whose
+        whose = f" (the numbers of {device} {dtype})" if len({member[2] for member in members}) > 1 else ""
+        lines += wrap(f"- {split} in {where}{whose}: {message}".rstrip(), indent="  ")
     return lines
 
 

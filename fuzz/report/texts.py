@@ -36,6 +36,11 @@ def checked_through(contract: Any, arguments: Sequence[str], pick: str = "") -> 
     return f"lambda {', '.join((*contract.input_names, *keywords))}: fn({', '.join((*arguments, *keywords))}){pick}"
 
 
+def named_in_a_file(name: str) -> str:
+    """How the command line checks a lambda a hint shows (it loads FILE:function, never an expression)."""
+    return f"on the command line: `{name} = lambda ...` in a file of yours, checked as FILE:{name}"
+
+
 def a_type_name(value: object) -> str:
     """`value`'s type name with its article, as a message says it: "a float", "an int", "a NoneType"."""
     name = type(value).__name__
