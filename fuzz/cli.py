@@ -170,8 +170,8 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
     runs.add_argument("--framework", choices=FRAMEWORK_CHOICES, metavar="FRAMEWORK",
                       help=f"the framework the function takes ({', '.join(FRAMEWORK_CHOICES)}); torch-compile and "
                       "jax run it compiled: "
-                      "torch.compile(f, fullgraph=True, dynamic=True) / jax.jit(f) (a per-chunk function of "
-                      "--accumulation: as it is, its keywords Python ints)")
+                      "torch.compile(f, fullgraph=True, dynamic=True) / jax.jit(f) (jax calls a per-chunk function "
+                      "of --accumulation as it is, its keywords Python ints; torch-compile compiles it too)")
     runs.add_argument("--sharded", choices=SHARDED_CHOICES, metavar="ENGINE",
                       help=f"({' or '.join(SHARDED_CHOICES)}) TARGET is a per-rank function (docs/sharded.md): run "
                       "it on torch.distributed "

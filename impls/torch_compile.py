@@ -49,7 +49,7 @@ def compile_with_unbacked_sizes(fn: Callable[..., Any], dimensions: tuple[tuple[
     compiled = torch.compile(fn, fullgraph=True, dynamic=True)
 
     @functools.wraps(fn)
-    def call(*arguments: Any) -> Any:
+    def call(*arguments: Any, **keywords: Any) -> Any:  # keywords are passed on as they are (none is marked)
         marked = []
         for tensor, names in zip(arguments, dimensions):
             before = set(tensor.__dict__)
@@ -57,7 +57,7 @@ def compile_with_unbacked_sizes(fn: Callable[..., Any], dimensions: tuple[tuple[
                 torch._dynamo.decorators.mark_unbacked(tensor, dim, hint_override=SIZE_HINTS[name], shape_id=name)
             marked.append((tensor, set(tensor.__dict__) - before))
         try:
-            return compiled(*arguments)
+            return compiled(*arguments, **keywords)
         finally:
             for tensor, names in marked:
                 for name in names:

@@ -118,7 +118,8 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
                         counts_its_own: bool = False) -> str | None:
     """The combined loss named by what it is off by, where one of the usual mistakes' exact values matches it: a
     mean of the chunks' own means, L_max from each chunk's padded width, a missing or doubled 1/G or dp_size, a
-    per-row clamp(min=1) in the count, a share N / G (D / G) clamped at 1; with `counts_its_own` (a rank form,
+    per-row clamp(min=1) in the count, a share N / G (D / G) clamped at 1, an epsilon added to the step's count
+    given; with `counts_its_own` (a rank form,
     which counts the step's tokens itself rather than being given them), each rank's own count, not all-reduced
     over the ranks."""
     expected = exact_results(case)
@@ -147,12 +148,13 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
     if bound["mode"] == reduction.SEQ_MEAN_TOKEN_SUM_NORM:
         candidates.append((share * sum(_padded_width_losses(chunks, bound, expected.rows_divisor())),
                            "is L_max taken from each chunk's padded width?"))
-    candidates += [(exact * factor, text) for factor, text in _factors(ranks, steps, bound)]
+    candidates += [(exact * factor, text) for factor, text in _factors(ranks, steps, bound, own_count_said=True)]
     clamped = int(np.maximum(expected.counts, 1).sum())
     if bound["mode"] == reduction.TOKEN_MEAN and clamped != tokens and clamped:
         candidates.append((exact * tokens / clamped, f"= N / (N + {clamped - tokens} empty rows): a per-row "
                                                      "clamp(min=1) in the count?"))
     candidates += _share_clamp(bound, tokens, expected.rows_divisor(), steps, exact)
+    candidates += _epsilons(expected, tokens, exact)
     # every cause that fits, the likelier first: on an even split of equal rows a chunk's own mean and a
     # factor of R give the same value, and the report cannot tell them apart
     # a candidate's own rounding grows with its size: the tolerance of the exact value, scaled to the candidate's
@@ -162,8 +164,34 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
               + 1e-6 * abs(value) and abs(value - exact) > 2 * tol and abs(combined - value) < abs(combined - exact)]
     if not causes:
         return None
-    ratio = f"{combined / exact:.4g}x" if exact else f"{combined:.6g} (exactly 0 expected)"
+    # a slip as small as an epsilon in a count is a ratio of 1 to four digits: shown to ten there
+    ratio = (f"{next(text for text in (f'{combined / exact:.4g}', f'{combined / exact:.10g}') if text != '1')}x"
+             if exact else f"{combined:.6g} (exactly 0 expected)")
     return f"the combined loss is {ratio} the full-batch loss with R = {ranks}, G = {steps}: " + "; or ".join(causes)
+
+
+def _epsilons(expected: reduction.Exact, tokens: int, exact: float) -> list[tuple[float, str]]:
+    """Each chunk divided by the step's count given to it plus an epsilon (NeMo-RL's `global_valid_toks + 1e-8`),
+    the count being N, D or D L_max as the mode has it, or for the per-sequence mean each row's n_i."""
+    mode, rows = expected.mode, expected.rows_divisor()
+    denominator, named = {
+        reduction.TOKEN_MEAN: (tokens, ("the exact sum / (N + {eps})", "the token count")),
+        reduction.SEQ_MEAN_TOKEN_SUM: (rows, ("the exact {mode} with D + {eps}", "the row count")),
+        reduction.SEQ_MEAN_TOKEN_MEAN: (rows, ("the exact {mode} with D + {eps}", "the row count")),
+        reduction.SEQ_MEAN_TOKEN_SUM_NORM: (rows * float(expected.l_max or 1.0),
+                                            ("the exact {mode} with D L_max + {eps}", "the divisor")),
+    }.get(mode, (0, ("", "")))
+    found = []
+    for eps in reduction.EPSILONS:
+        said = (f"{named[0].format(mode=mode, eps=f'{eps:g}')}: an epsilon added to {named[1]} "
+                f"{reduction.CLAMP_INSTEAD}?")
+        if denominator:
+            found.append((exact * denominator / (denominator + eps), said))
+        if mode == reduction.SEQ_MEAN_TOKEN_MEAN and rows:
+            means = math.fsum(float(s) / (float(n) + eps) for s, n in zip(expected.row_sums, expected.counts))
+            found.append((means / rows, f"the exact {mode} with each row's n_i + {eps:g}: an epsilon added to the "
+                                        f"rows' counts {reduction.CLAMP_INSTEAD}?"))
+    return found
 
 
 def _share_clamp(declared: Mapping[str, Any], tokens: int, rows: int, steps: int, exact: float
@@ -180,25 +208,27 @@ def _share_clamp(declared: Mapping[str, Any], tokens: int, rows: int, steps: int
                                     f"(clamp({name} / G, min=1))? Guard {name} itself, before dividing by G")]
 
 
-def _factors(ranks: int, steps: int, declared: Mapping[str, Any]) -> list[tuple[float, str]]:
+def _factors(ranks: int, steps: int, declared: Mapping[str, Any], own_count_said: bool = False
+             ) -> list[tuple[float, str]]:
     """The mistakes that scale the whole step by one factor, with what each says about the code under the declared
-    combination (`dp_reduce`, `backward_scale`)."""
-    own_count = "or does each micro-batch divide by its own count?"
+    combination (`dp_reduce`, `backward_scale`). A factor of G or R is also what each micro-batch's own count gives
+    on an even split: said with it, unless `own_count_said` (the loss's explanation names that cause itself)."""
+    own_count = "?" if own_count_said else ", or does each micro-batch divide by its own count?"
     if declared["backward_scale"] == "1/G":  # each chunk's loss must carry x G against the backward's 1/G
-        times_g = f"G = {steps}: is the x G against the 1/G backward scale applied twice, {own_count}"
+        times_g = f"G = {steps}: is the x G against the 1/G backward scale applied twice{own_count}"
         over_g = f"G = {steps}: is the x G against the declared 1/G backward scale missing, or 1/G applied twice?"
     else:  # backward_scale=1: nothing rescales the micro-batches, and nothing in the loss should
         times_g = (f"G = {steps}: is the loss multiplied by G (accumulation_steps), where backward_scale=1 declares no "
-                   f"1/G to make up for, {own_count}")
+                   f"1/G to make up for{own_count}")
         over_g = (f"G = {steps}: is the loss divided by G (accumulation_steps), where backward_scale=1 declares that "
                   "nothing rescales the micro-batches?")
     averaged_count = "or its count (of tokens or rows) all-reduced with AVG where SUM is meant"
     if ranks_averaged(declared):  # each chunk's loss must carry x dp_size against the ranks' mean
         over_r = f"R = {ranks}: is dp_size missing (the ranks' mean divides by R again)?"
-        times_r = f"R = {ranks}: is the loss multiplied by dp_size twice, {averaged_count}, {own_count}"
+        times_r = f"R = {ranks}: is the loss multiplied by dp_size twice, {averaged_count}{own_count}"
     else:
         over_r = f"R = {ranks}: is the loss divided by dp_size, where dp_reduce=sum declares the gradients summed?"
-        times_r = f"R = {ranks}: is dp_size applied where the gradients are summed, {averaged_count}, {own_count}"
+        times_r = f"R = {ranks}: is dp_size applied where the gradients are summed, {averaged_count}{own_count}"
     return [(factor, text) for factor, text in ((steps, times_g), (1 / steps, over_g), (1 / ranks, over_r),
                                                 (ranks, times_r)) if factor != 1]
 

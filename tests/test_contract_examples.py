@@ -229,6 +229,27 @@ def test_a_share_of_the_count_clamped_at_one_is_named_where_the_step_has_fewer_t
     assert "1/G applied twice" in quartered and clamp not in quartered
 
 
+@pytest.mark.parametrize(("mode", "said"), [
+    ("token-mean", "the exact sum / (N + 1e-08): an epsilon added to the token count"),
+    ("seq-mean-token-mean", "the exact seq-mean-token-mean with D + 1e-08: an epsilon added to the row count"),
+])
+def test_an_epsilon_added_to_the_steps_count_is_named(mode, said):
+    """NeMo-RL's `/ (global_valid_toks + 1e-8)`: in float64 the combined loss is off by a part in 10^9, named as
+    the epsilon, with the ratio shown to the digits that differ from 1."""
+    from reference.accumulation import explain_combination
+
+    contract = get_contract("accumulation", {"mode": mode})
+    losses = np.array([[1.0, 2.0, 4.0], [3.0, 5.0, 9.0]])
+    mask = np.array([[True, True, True], [True, False, False]])
+    case = Case(contract=contract, dtype="float64", token_losses=losses, token_mask=mask)
+    chunks = [case.with_(token_losses=losses[k:k + 1], token_mask=mask[k:k + 1]) for k in range(2)]
+    exact = 10 / 4 if mode == "token-mean" else (7 / 3 + 3) / 2
+    count = 4 if mode == "token-mean" else 2
+    said_here = explain_combination(case, chunks, 1, 2, exact * count / (count + 1e-8))
+    assert said_here is not None and said in said_here and f"{count / (count + 1e-8):.10g}x" in said_here, said_here
+    assert explain_combination(case, chunks, 1, 2, exact) is None
+
+
 def _near_token_mean_case(seed: int) -> Case:
     """Per-sequence declared, bfloat16, 4 rows of 23 tokens, about 60% selected: token-mean's exact loss lies
     within a few contract tolerances of the declared one (seed 0), or its weights do (seed 30: counts 15, 15, 15,

@@ -713,3 +713,23 @@ def test_a_loss_of_shape_one_is_told_how_to_pick_its_value_out(framework):
     assert report.failures and all(shown in failure.message for failure in report.failures), report.failures
     picked = eval(shown.strip("`"), {"fn": function})
     assert check(picked, framework=framework, reduction="token-mean", dtypes=["float32"], max_examples=5).ok
+
+
+def _chunk_with_epsilon(token_losses, token_mask, *, num_tokens, num_sequences, dp_size, accumulation_steps):
+    import torch
+
+    selected = torch.where(token_mask, token_losses.to(torch.promote_types(token_losses.dtype, torch.float32)), 0)
+    return (selected.sum() / (num_tokens + 1e-8) * dp_size).to(token_losses.dtype)  # NeMo-RL as shipped
+
+
+def test_a_per_chunk_epsilon_is_named_as_one_not_as_float32_rounding():
+    """A float64 combined loss off by an epsilon in the step's count is within float32's bound, as any slip that
+    small is: the combination's own explanation is said instead."""
+    from fuzz import check
+
+    pytest.importorskip("torch")
+    report = check(_chunk_with_epsilon, framework="torch", reduction="token-mean", accumulation=True,
+                   dtypes=["float64"], max_examples=5, gradients=False)
+    messages = [failure.message for failure in report.failures]
+    assert messages and all("an epsilon added to the token count" in message and "float32" not in message
+                            for message in messages), messages

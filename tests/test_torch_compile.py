@@ -86,3 +86,38 @@ def test_an_empty_batch_runs_the_traced_function_as_it_is_with_a_gradient(name, 
     (out["sequence_summed"].sum() + out["token_averaged"].sum() + out["magnitude_ratio"]).backward()
     assert float(out["magnitude_ratio"]) == 0.0 and lp.grad.shape == shape and not lp.grad.any()
     assert adv.grad is not None and not adv.grad.any()
+
+
+def _per_chunk_compiled_only(token_losses, token_mask, *, num_tokens, num_sequences, dp_size, accumulation_steps):
+    """A correct per-chunk token-mean (the step's global count, x dp_size) that raises unless it runs compiled, under
+    the harness's policy for compiled calls (dynamo's recompile limit raised: read when it is traced)."""
+    import torch._dynamo
+
+    if not torch.compiler.is_compiling():
+        raise RuntimeError("called eagerly")
+    if torch._dynamo.config.recompile_limit < 256:
+        raise RuntimeError("called outside the harness's compile policy")
+    wide = token_losses.to(torch.promote_types(token_losses.dtype, torch.float32))
+    total = torch.where(token_mask, wide, 0.0).sum()
+    return (total / max(num_tokens, 1) * dp_size).to(token_losses.dtype)
+
+
+def _per_chunk_own_count(token_losses, token_mask, *, num_tokens, num_sequences, dp_size, accumulation_steps):
+    """Each micro-batch divided by its own token count: the mean of per-micro-batch means."""
+    wide = token_losses.to(torch.promote_types(token_losses.dtype, torch.float32))
+    total = torch.where(token_mask, wide, 0.0).sum()
+    return (total / token_mask.sum().clamp(min=1) * dp_size / accumulation_steps).to(token_losses.dtype)
+
+
+def test_a_per_chunk_loss_runs_compiled_with_its_step_keywords_under_the_harness_compile_policy():
+    """`--framework torch-compile --accumulation`: the compiled function gets the step's keywords, under the
+    policy of every compiled call of the harness (dynamo's recompile limit raised, hitting it an error); a mean of
+    per-micro-batch means is still found."""
+    from fuzz import check
+
+    few = {"framework": "torch-compile", "reduction": "token-mean", "accumulation": True, "dtypes": ["float32"],
+           "max_examples": 10, "gradients": False, "workers": 1}
+    report = check(_per_chunk_compiled_only, **few)
+    assert report.ok, str(report)
+    buggy = check(_per_chunk_own_count, **few)
+    assert not buggy.ok and all("raised" not in failure.message for failure in buggy.failures), str(buggy)

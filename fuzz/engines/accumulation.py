@@ -24,17 +24,16 @@ from fuzz.engines.chunks import (
     chunk_case,
     chunk_weight,
     draw_chunks,
-    explain_combination,
     explain_combined_gradient,
+    judge_combined,
     shape_name,
     step_keywords,
 )
 from fuzz.engines.registry import Engine
 from fuzz.judge.draws import Draw
-from fuzz.judge.forward import compare_values
 from fuzz.judge.gradients import judge_gradients, named_by_pass
-from fuzz.judge.outputs import ReadBack, check_gradient_arrays, check_outputs, modified_inputs
-from fuzz.judge.verdict import Failure, Verdict, call_safely, out_of_tolerance
+from fuzz.judge.outputs import check_gradient_arrays, check_outputs, modified_inputs
+from fuzz.judge.verdict import Verdict, call_safely
 from reference.case import Case
 
 EMPTY_CHUNK = "empty chunk not exactly 0"
@@ -116,11 +115,8 @@ class Accumulation(Engine):
                                           explain_combined_gradient(case, split)))
             return verdict
         combined = float(np.dot(results, np.full(len(results), weight)))
-        judged = compare_values(ReadBack({output: np.array(combined)}, {output: dtypes[0]}), case, subject.precision)
-        hint = explain_combination(case, split, combined) if not judged.ok else None
-        judged.failures = [Failure(f.kind, f"{f.message}: {hint}" if hint and f.kind == out_of_tolerance(output)
-                                   else f.message) for f in judged.failures]
-        verdict.merge(judged, prefix=f"the combined {output}: ")
+        verdict.merge(judge_combined(case, split, combined, dtypes[0], subject.precision),
+                      prefix=f"the combined {output}: ")
         return verdict
 
     def snippet(self, subject: Any, case: Case, split: ChunkSplit, cotangents: dict[str, np.ndarray] | None,

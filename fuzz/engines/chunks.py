@@ -8,16 +8,20 @@ trainers pad each micro-batch to its longest row, to its own: the last selected 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from hypothesis import strategies as st
 
 from fuzz.engines.split import TOKENS_PER_SHARD, padded_size
 from fuzz.judge.draws import BOOLEANS, Draw, choice, integers
+from fuzz.judge.forward import FLOAT32_INSIDE_FLOAT64, compare_values
 from fuzz.judge.gradients import ExplainGradient
+from fuzz.judge.outputs import ReadBack
+from fuzz.judge.verdict import Verdict, out_of_tolerance
 from reference.case import Case
 from reference.contract import ChunkedCall
+from reference.tolerance import Precision
 
 SHAPES: tuple[tuple[int, int], ...] = ((1, 2), (2, 1), (2, 2), (1, 4), (4, 1))  # (ranks R, accumulation steps G)
 CUT_KINDS = ("even", "uneven", "one empty chunk")
@@ -118,6 +122,20 @@ def explain_combination(case: Case, split: ChunkSplit, combined: float, counts_i
     explain = chunked(case).explain
     return explain(case, chunk_cases(case, split), split.ranks, split.steps, combined,
                    counts_its_own) if explain else None
+
+
+def judge_combined(case: Case, split: ChunkSplit, combined: float, dtype: str, precision: Precision,
+                   counts_its_own: bool = False) -> Verdict:
+    """The chunks' combined output against the full batch's exact one, a wrong value named by the contract's
+    explanation of the combination where one matches: said instead of the float32 rounding a float64 value is
+    within, which any small slip is (an epsilon in a count is too)."""
+    name = case.contract.outputs[0].name
+    judged = compare_values(ReadBack({name: np.array(combined)}, {name: dtype}), case, precision)
+    hint = explain_combination(case, split, combined, counts_its_own) if not judged.ok else None
+    if hint:
+        judged.failures = [replace(f, message=f"{f.message.removesuffix(f': {FLOAT32_INSIDE_FLOAT64}')}: {hint}",
+                                   hint=hint) if f.kind == out_of_tolerance(name) else f for f in judged.failures]
+    return judged
 
 
 def explain_combined_gradient(case: Case, split: ChunkSplit) -> ExplainGradient | None:

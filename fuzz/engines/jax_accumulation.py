@@ -52,17 +52,16 @@ from fuzz.engines.chunks import (
     ChunkSplit,
     chunk_weight,
     draw_chunks,
-    explain_combination,
     explain_combined_gradient,
+    judge_combined,
 )
 from fuzz.engines.jax_worker import JAX_MESH_PROCESS
 from fuzz.engines.judge import PADDING_NOT_ZERO
 from fuzz.engines.split import padded_size
 from fuzz.judge.draws import Draw
-from fuzz.judge.forward import compare_values
 from fuzz.judge.gradients import judge_gradients
-from fuzz.judge.outputs import GRADIENT_STRUCTURE, ReadBack
-from fuzz.judge.verdict import STRUCTURE, Failure, Verdict, out_of_tolerance
+from fuzz.judge.outputs import GRADIENT_STRUCTURE
+from fuzz.judge.verdict import STRUCTURE, Failure, Verdict
 from fuzz.report.texts import a_type_name
 from reference.case import Case
 
@@ -161,12 +160,8 @@ class JaxAccumulation(Accumulation):
                     verdict.fail(EMPTY_CHUNK, f"{split.describe(k)}: a chunk without a selected token gives "
                                               f"{name} {value!r}, expected exactly 0")
             combined = weight * float(np.sum(losses))
-            judged = compare_values(ReadBack({name: np.array(combined)}, {name: reply["dtype"]}), case,
-                                    subject.precision)
-            hint = explain_combination(case, split, combined, counts_its_own=True) if not judged.ok else None
-            judged.failures = [Failure(f.kind, f"{f.message}: {hint}" if hint and f.kind == out_of_tolerance(name)
-                                       else f.message) for f in judged.failures]
-            verdict.merge(judged, prefix=f"the combined {name}: ")
+            verdict.merge(judge_combined(case, split, combined, reply["dtype"], subject.precision,
+                                         counts_its_own=True), prefix=f"the combined {name}: ")
             return verdict
         gradient, tokens = reply["gradient"], case.shape[1]
         padding = gradient[:, :, tokens:]

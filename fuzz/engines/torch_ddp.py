@@ -26,12 +26,11 @@ from typing import Any
 import numpy as np
 
 from fuzz.engines.accumulation import Accumulation
-from fuzz.engines.chunks import ChunkSplit, chunk_weight, explain_combination, explain_combined_gradient
+from fuzz.engines.chunks import ChunkSplit, chunk_weight, explain_combined_gradient, judge_combined
 from fuzz.engines.torch_ranks import TORCH_RANK_POOLS
-from fuzz.judge.forward import compare_values
 from fuzz.judge.gradients import judge_gradients
-from fuzz.judge.outputs import GRADIENT_MISSING, ReadBack
-from fuzz.judge.verdict import Failure, Verdict, out_of_tolerance
+from fuzz.judge.outputs import GRADIENT_MISSING
+from fuzz.judge.verdict import Failure, Verdict
 from reference.case import Case
 
 RANKS_FAILED = "a rank failed"
@@ -155,11 +154,8 @@ class TorchDDP(Accumulation):
         name = case.contract.outputs[0].name
         if cotangents is None:
             combined = weight * float(np.sum([loss for reply in replies for loss in reply["losses"]]))
-            judged = compare_values(ReadBack({name: np.array(combined)}, {name: case.dtype}), case, subject.precision)
-            hint = explain_combination(case, split, combined, counts_its_own=True) if not judged.ok else None
-            judged.failures = [Failure(f.kind, f"{f.message}: {hint}" if hint and f.kind == out_of_tolerance(name)
-                                       else f.message) for f in judged.failures]
-            verdict.merge(judged, prefix="the combined loss: ")
+            verdict.merge(judge_combined(case, split, combined, case.dtype, subject.precision, counts_its_own=True),
+                          prefix=f"the combined {name}: ")
             return verdict
         gradients = [reply.get("gradient") for reply in replies]
         if any(gradient is None for gradient in gradients):

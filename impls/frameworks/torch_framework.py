@@ -214,16 +214,16 @@ def compile_for_fuzzing(fn: Callable[..., Any], contract: Contract) -> Callable[
     use_plain = False
 
     @functools.wraps(fn)
-    def call(*tensors: Any) -> Any:
+    def call(*tensors: Any, **keywords: Any) -> Any:  # keywords: a per-chunk function's step normalizers
         nonlocal use_plain
         if not use_plain:
             try:
-                return unbacked(*tensors)
+                return unbacked(*tensors, **keywords)
             except Exception as error:
                 if not _is_data_dependent_guard(error):
                     raise
                 use_plain = True
-        return plain(*tensors)
+        return plain(*tensors, **keywords)
 
     return call
 
