@@ -733,3 +733,28 @@ def test_a_per_chunk_epsilon_is_named_as_one_not_as_float32_rounding():
     messages = [failure.message for failure in report.failures]
     assert messages and all("an epsilon added to the token count" in message and "float32" not in message
                             for message in messages), messages
+
+
+def _chunk_nonzero_when_empty(token_losses, token_mask, *, num_tokens, num_sequences, dp_size, accumulation_steps):
+    import torch
+
+    selected = torch.where(token_mask, token_losses.to(torch.promote_types(token_losses.dtype, torch.float32)), 0)
+    nothing = 1e-30 if token_mask.shape[0] == 0 else 0.0  # far below the combined loss's tolerance
+    return (selected.sum() / max(num_tokens, 1) * dp_size + nothing).to(token_losses.dtype)
+
+
+def test_an_empty_chunks_snippet_fails_on_its_nonzero_loss(tmp_path):
+    """A chunk without rows must give exactly 0: a loss of 1e-30 there is that failure alone (the combined loss is
+    within tolerance), and its snippet asserts it, so it fails on it as the check did."""
+    from fuzz import check
+
+    pytest.importorskip("torch")
+    report = check(_chunk_nonzero_when_empty, framework="torch", reduction="token-mean", accumulation=True,
+                   dtypes=["float32"], max_examples=20, gradients=False)
+    failure = next(f for f in report.failures if f.kind == "empty chunk not exactly 0")
+    assert {f.kind for f in report.failures} == {"empty chunk not exactly 0"}, report.failures
+    path = tmp_path / "snippet.py"
+    path.write_text(failure.snippet)
+    run = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert run.returncode == 1 and "holds no rows" in run.stderr and "expected exactly 0" in run.stderr, run.stderr

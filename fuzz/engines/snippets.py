@@ -291,6 +291,7 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
         lines += [f"# {split.describe(k)}", "chunks.append((", *(f"    {array}," for array in arrays), "))"]
     call = f"functools.partial({subject.function_name}, **KEYWORDS)"
     allowed = list(contract.output_dtypes(case.dtype))
+    empty = [k for k in range(split.chunks) if chunk_case(case, split, k).shape[0] == 0]  # as the engine checks
     if cotangents is None:
         shape = contract.output_shape(output, case.sizes)
         lines += [
@@ -306,6 +307,11 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
             f"    assert tuple(out.shape) == {shape!r}, \\",
             f"        f'chunk {{k}}: {output} has shape {{tuple(out.shape)}}, expected {shape!r}'",
             "losses = [as_float64(out) for out in returned]",
+            *([f"# the chunks without rows: each one's {output} must be exactly 0",
+               f"for k in {empty!r}:",
+               "    assert float(losses[k]) == 0, \\",
+               f"        f'chunk {{k}} holds no rows: its {output} is {{float(losses[k])!r}}, expected exactly 0'"]
+              if empty else []),
             "combined = sum(WEIGHT * float(value) for value in losses)",
             f"expected, tolerance = {float(expected.outputs()[output])!r}, {float(tol[output])!r}",
             "print(f'combined loss {combined!r}, expected {expected!r} +- {tolerance!r}; chunk losses {losses}')",
