@@ -758,3 +758,25 @@ def test_an_empty_chunks_snippet_fails_on_its_nonzero_loss(tmp_path):
     run = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert run.returncode == 1 and "holds no rows" in run.stderr and "expected exactly 0" in run.stderr, run.stderr
+
+
+def _chunk_over_its_padded_width(token_losses, token_mask, *, num_tokens, num_sequences, dp_size,
+                                 accumulation_steps):
+    import torch
+
+    selected = torch.where(token_mask, token_losses.to(torch.promote_types(token_losses.dtype, torch.float32)), 0)
+    return (selected.sum() / (max(num_sequences, 1) * token_mask.shape[-1]) * dp_size).to(token_losses.dtype)
+
+
+def test_a_non_finite_combined_loss_is_told_from_the_chunk_that_made_it():
+    """L_max taken from a micro-batch's padded width: a chunk padded to its longest row, of fully masked rows, has
+    width 0, and 0 / 0 makes the step's loss NaN. That NaN is told from the chunk's own inputs (a length read from
+    its shape, 0 there), which the full batch, 4 x 7, does not show."""
+    from fuzz import check
+
+    pytest.importorskip("torch")
+    report = check(_chunk_over_its_padded_width, framework="torch", reduction="dr_grpo", l_max=1024.0,
+                   accumulation=True, dtypes=["float32"], max_examples=20, gradients=False)
+    said = [f.message for f in report.failures if f.kind == "non-finite output"]
+    assert said and all(", from chunk " in message and "a length taken from the shape (the padded width, 0 here)"
+                        in message for message in said), said

@@ -115,7 +115,7 @@ class Accumulation(Engine):
                                           explain_combined_gradient(case, split)))
             return verdict
         combined = float(np.dot(results, np.full(len(results), weight)))
-        verdict.merge(judge_combined(case, split, combined, dtypes[0], subject.precision),
+        verdict.merge(judge_combined(case, split, combined, dtypes[0], subject.precision, results),
                       prefix=f"the combined {output}: ")
         return verdict
 

@@ -8,6 +8,7 @@ trainers pad each micro-batch to its longest row, to its own: the last selected 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -15,10 +16,10 @@ from hypothesis import strategies as st
 
 from fuzz.engines.split import TOKENS_PER_SHARD, padded_size
 from fuzz.judge.draws import BOOLEANS, Draw, choice, integers
-from fuzz.judge.forward import FLOAT32_INSIDE_FLOAT64, compare_values
+from fuzz.judge.forward import FLOAT32_INSIDE_FLOAT64, compare_values, non_finite_hint
 from fuzz.judge.gradients import ExplainGradient
 from fuzz.judge.outputs import ReadBack
-from fuzz.judge.verdict import Verdict, out_of_tolerance
+from fuzz.judge.verdict import NON_FINITE, Verdict, out_of_tolerance
 from reference.case import Case
 from reference.contract import ChunkedCall
 from reference.tolerance import Precision
@@ -125,16 +126,24 @@ def explain_combination(case: Case, split: ChunkSplit, combined: float, counts_i
 
 
 def judge_combined(case: Case, split: ChunkSplit, combined: float, dtype: str, precision: Precision,
-                   counts_its_own: bool = False) -> Verdict:
-    """The chunks' combined output against the full batch's exact one, a wrong value named by the contract's
-    explanation of the combination where one matches: said instead of the float32 rounding a float64 value is
-    within, which any small slip is (an epsilon in a count is too)."""
+                   chunk_values: Sequence[float], counts_its_own: bool = False) -> Verdict:
+    """The chunks' combined output (from `chunk_values`, each chunk's, in chunk order) against the full batch's
+    exact one. A wrong value is named by the contract's explanation of the combination where one matches, said
+    instead of the float32 rounding a float64 value is within (which any small slip is: an epsilon in a count
+    too); a non-finite one by what makes the first non-finite chunk's own value so, in that chunk's inputs (a chunk
+    of no rows or width 0 is not in the full batch, whose story would name something else)."""
     name = case.contract.outputs[0].name
     judged = compare_values(ReadBack({name: np.array(combined)}, {name: dtype}), case, precision)
     hint = explain_combination(case, split, combined, counts_its_own) if not judged.ok else None
     if hint:
         judged.failures = [replace(f, message=f"{f.message.removesuffix(f': {FLOAT32_INSIDE_FLOAT64}')}: {hint}",
                                    hint=hint) if f.kind == out_of_tolerance(name) else f for f in judged.failures]
+    culprit = next((k for k, value in enumerate(chunk_values) if not np.isfinite(value)), None)
+    if culprit is not None:
+        story = non_finite_hint(chunk_case(case, split, culprit))
+        said = (f"{name} is not finite: {combined!r}, from {split.describe(culprit)}'s {chunk_values[culprit]!r}"
+                + (f": {story}" if story else ""))
+        judged.failures = [replace(f, message=said) if f.kind == NON_FINITE else f for f in judged.failures]
     return judged
 
 

@@ -161,7 +161,8 @@ class JaxAccumulation(Accumulation):
                                               f"{name} {value!r}, expected exactly 0")
             combined = weight * float(np.sum(losses))
             verdict.merge(judge_combined(case, split, combined, reply["dtype"], subject.precision,
-                                         counts_its_own=True), prefix=f"the combined {name}: ")
+                                         [float(value) for value in losses], counts_its_own=True),
+                          prefix=f"the combined {name}: ")
             return verdict
         gradient, tokens = reply["gradient"], case.shape[1]
         padding = gradient[:, :, tokens:]

@@ -153,9 +153,10 @@ class TorchDDP(Accumulation):
             return verdict
         name = case.contract.outputs[0].name
         if cotangents is None:
-            combined = weight * float(np.sum([loss for reply in replies for loss in reply["losses"]]))
-            verdict.merge(judge_combined(case, split, combined, case.dtype, subject.precision, counts_its_own=True),
-                          prefix=f"the combined {name}: ")
+            losses = [float(loss) for reply in replies for loss in reply["losses"]]  # rank-major: chunk order
+            combined = weight * float(np.sum(losses))
+            verdict.merge(judge_combined(case, split, combined, case.dtype, subject.precision, losses,
+                                         counts_its_own=True), prefix=f"the combined {name}: ")
             return verdict
         gradients = [reply.get("gradient") for reply in replies]
         if any(gradient is None for gradient in gradients):
