@@ -119,5 +119,5 @@ def test_a_per_chunk_loss_runs_compiled_with_its_step_keywords_under_the_harness
            "max_examples": 10, "gradients": False, "workers": 1}
     report = check(_per_chunk_compiled_only, **few)
     assert report.ok, str(report)
-    buggy = check(_per_chunk_own_count, **few)
+    buggy = check(_per_chunk_own_count, **few, fail_fast=True)
     assert not buggy.ok and all("raised" not in failure.message for failure in buggy.failures), str(buggy)
