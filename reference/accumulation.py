@@ -164,10 +164,14 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
               + 1e-6 * abs(value) and abs(value - exact) > 2 * tol and abs(combined - value) < abs(combined - exact)]
     if not causes:
         return None
-    # a slip as small as an epsilon in a count is a ratio of 1 to four digits: shown to ten there
-    ratio = (f"{next(text for text in (f'{combined / exact:.4g}', f'{combined / exact:.10g}') if text != '1')}x"
-             if exact else f"{combined:.6g} (exactly 0 expected)")
+    ratio = f"{_ratio_text(combined / exact)}x" if exact else f"{combined:.6g} (exactly 0 expected)"
     return f"the combined loss is {ratio} the full-batch loss with R = {ranks}, G = {steps}: " + "; or ".join(causes)
+
+
+def _ratio_text(ratio: float) -> str:
+    """A ratio to four digits, or to as many as tell it from 1 (a slip as small as an epsilon in a count is 1 to
+    four digits, and to ten where the count is large: 17 tell any float from 1)."""
+    return next(text for digits in (4, 10, 17) if (text := f"{ratio:.{digits}g}") != "1" or digits == 17)
 
 
 def _epsilons(expected: reduction.Exact, tokens: int, exact: float) -> list[tuple[float, str]]:
