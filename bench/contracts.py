@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from impls.registry import builtin_names
-from reference.contract import Contract, Parameter
+from reference.contract import Contract
 from reference.contracts import CONTRACT_NAMES, get_contract
 
 # Every contract with single-process built-ins, in the suite's order: magnitude and reduction. The accumulation
@@ -20,19 +20,15 @@ BENCHMARKED: tuple[str, ...] = tuple(name for name in CONTRACT_NAMES if builtin_
 REDUCTION = "reduction"
 
 
-def _mode() -> Parameter:
-    return next(spec for spec in get_contract(REDUCTION).parameters if spec.name == "mode")
-
-
 def canonical_mode(text: str) -> str:
     """The reduction mode `text` names (an alias resolved); ValueError naming the choices, from the contract's
     own Parameter."""
-    return str(_mode().value(text.strip()))
+    return str(get_contract(REDUCTION).parameter("mode").value(text.strip()))
 
 
 def mode_spellings() -> str:
     """Every spelling of a reduction mode, as --reduction's help lists them."""
-    return _mode().spellings()
+    return get_contract(REDUCTION).parameter("mode").spellings()
 
 
 def parameters_for(contract: str, mode: str | None = None) -> dict[str, Any]:

@@ -197,10 +197,9 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
     declared = parser.add_argument_group(
         "the contract", f"what TARGET computes: by default the {magnitude.title}, {magnitude.signature}; with "
         f"--reduction, {reduction.title}, {reduction.signature} (docs/contracts.md)")
-    mode = next(parameter for parameter in reduction.parameters if parameter.name == "mode")
     declared.add_argument("--reduction", metavar="MODE",
-                          help=f"the mode TARGET implements: {mode.spellings()} (whose spelling each alias is: "
-                          "docs/contracts.md)")
+                          help=f"the mode TARGET implements: {reduction.parameter('mode').spellings()} (whose "
+                          "spelling each alias is: docs/contracts.md)")
     declared.add_argument("--rows", choices=("all", "nonempty"),
                           help="what D counts in the seq-* modes: every row (the default, the book's 1/B) or the "
                           "rows with a selected token (the default for tunix's sequence-mean-token-mean)")

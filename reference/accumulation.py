@@ -154,7 +154,7 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
         candidates.append((exact * tokens / clamped, f"= N / (N + {clamped - tokens} empty rows): a per-row "
                                                      "clamp(min=1) in the count?"))
     candidates += _share_clamp(bound, tokens, expected.rows_divisor(), steps, exact)
-    candidates += _epsilons(expected, tokens, exact)
+    candidates += _epsilons(expected, tokens)
     # every cause that fits, the likelier first: on an even split of equal rows a chunk's own mean and a
     # factor of R give the same value, and the report cannot tell them apart
     # a candidate's own rounding grows with its size: the tolerance of the exact value, scaled to the candidate's
@@ -174,28 +174,11 @@ def _ratio_text(ratio: float) -> str:
     return next(text for digits in (4, 10, 17) if (text := f"{ratio:.{digits}g}") != "1" or digits == 17)
 
 
-def _epsilons(expected: reduction.Exact, tokens: int, exact: float) -> list[tuple[float, str]]:
-    """Each chunk divided by the step's count given to it plus an epsilon (NeMo-RL's `global_valid_toks + 1e-8`),
-    the count being N, D or D L_max as the mode has it, or for the per-sequence mean each row's n_i."""
-    mode, rows = expected.mode, expected.rows_divisor()
-    denominator, named = {
-        reduction.TOKEN_MEAN: (tokens, ("the exact sum / (N + {eps})", "the token count")),
-        reduction.SEQ_MEAN_TOKEN_SUM: (rows, ("the exact {mode} with D + {eps}", "the row count")),
-        reduction.SEQ_MEAN_TOKEN_MEAN: (rows, ("the exact {mode} with D + {eps}", "the row count")),
-        reduction.SEQ_MEAN_TOKEN_SUM_NORM: (rows * float(expected.l_max or 1.0),
-                                            ("the exact {mode} with D L_max + {eps}", "the divisor")),
-    }.get(mode, (0, ("", "")))
-    found = []
-    for eps in reduction.EPSILONS:
-        said = (f"{named[0].format(mode=mode, eps=f'{eps:g}')}: an epsilon added to {named[1]} "
-                f"{reduction.CLAMP_INSTEAD}?")
-        if denominator:
-            found.append((exact * denominator / (denominator + eps), said))
-        if mode == reduction.SEQ_MEAN_TOKEN_MEAN and rows:
-            means = math.fsum(float(s) / (float(n) + eps) for s, n in zip(expected.row_sums, expected.counts))
-            found.append((means / rows, f"the exact {mode} with each row's n_i + {eps:g}: an epsilon added to the "
-                                        f"rows' counts {reduction.CLAMP_INSTEAD}?"))
-    return found
+def _epsilons(expected: reduction.Exact, tokens: int) -> list[tuple[float, str]]:
+    """Each chunk divided by the step's count given to it plus an epsilon (NeMo-RL's `global_valid_toks + 1e-8`):
+    the reduction's own epsilon slips (N, D or D L_max as the mode has it, each row's n_i), as combined values."""
+    return [(reduction.candidate_value(expected, weights), text)
+            for text, weights in reduction.epsilon_candidates(expected, tokens, expected.rows_divisor())]
 
 
 def _share_clamp(declared: Mapping[str, Any], tokens: int, rows: int, steps: int, exact: float

@@ -286,6 +286,9 @@ class Contract:
     def input(self, name: str) -> Input:
         return next(spec for spec in self.inputs if spec.name == name)
 
+    def parameter(self, name: str) -> Parameter:
+        return next(spec for spec in self.parameters if spec.name == name)
+
     def output_shape(self, name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
         return tuple(sizes[dim] for dim in next(spec for spec in self.outputs if spec.name == name).dims)
 

@@ -508,7 +508,7 @@ def _per_row(expected: Exact, counts: np.ndarray, scale: float) -> np.ndarray:
     return np.where(expected.counts > 0, 1.0 / (scale * np.where(expected.counts > 0, counts, 1.0)), 0.0)
 
 
-def _epsilon_candidates(expected: Exact, tokens: int, divisor: int) -> list[Candidate]:
+def epsilon_candidates(expected: Exact, tokens: int, divisor: int) -> list[Candidate]:
     """The declared mode with an epsilon added to its divisor (N, D or D L_max), and for the per-sequence mean to
     the rows' n_i (alone, and with D's)."""
     mode, found = expected.mode, []
@@ -619,7 +619,7 @@ def _candidates(expected: Exact, observed: float | None, unit: float = 0.0) -> l
     if mode == SEQ_MEAN_TOKEN_MEAN and divisor:
         found.append(("the per-sequence mean divided by D twice?",
                       _per_row(expected, expected.counts.astype(np.float64), divisor * divisor)))
-    found.extend(_epsilon_candidates(expected, tokens, divisor))
+    found.extend(epsilon_candidates(expected, tokens, divisor))
     found.extend(_half_count_candidates(expected, tokens, divisor))
     # the declared mode with the other rows convention first: a slip of the declared mode, likelier than another
     # mode where a small case makes the two coincide
@@ -715,7 +715,7 @@ def _length_near(ratio: float, unit: float) -> int | None:
     return min(near, key=lambda length: (abs(length - ratio), length), default=None)
 
 
-def _value(expected: Exact, weights: np.ndarray) -> float:
+def candidate_value(expected: Exact, weights: np.ndarray) -> float:
     """A candidate's loss, sum_i w_i S_i from its float64 weights, rounded once: one weight times the exact total
     T where every row has the same (a sum that cancels to 0 gives exactly 0), else from the exact products of the
     weights and the rows' sums."""
@@ -751,7 +751,7 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
     matches = []
     loss_unit = unit_roundoff(accumulation_dtype(case.dtype))  # the loss is float32 for half inputs
     for text, weights in _candidates(expected, observed, loss_unit):
-        value = _value(expected, weights)
+        value = candidate_value(expected, weights)
         if named(value, 2 * scale + 8 * unit_roundoff(case.dtype) * abs(value)):
             matches.append((text, value))
     # a rounding's slip after the formulas', held closer: its sums are exact as simulated, and only the few steps

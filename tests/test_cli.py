@@ -351,7 +351,7 @@ def test_the_reduction_help_lists_every_spelling_the_contract_accepts(command):
     """--reduction's help is written from the contract's mode parameter: every mode and alias it accepts."""
     from reference.contracts import get_contract
 
-    mode = next(parameter for parameter in get_contract("reduction").parameters if parameter.name == "mode")
+    mode = get_contract("reduction").parameter("mode")
     said = subprocess.run([sys.executable, "-m", *command, "--help"], cwd=ROOT, capture_output=True, text=True,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLUMNS": "1000"}, timeout=120).stdout
     line = next(line for line in said.splitlines() if "--reduction MODE " in line)
