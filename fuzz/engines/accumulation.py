@@ -28,6 +28,7 @@ from fuzz.engines.chunks import (
     judge_combined,
     shape_name,
     step_keywords,
+    uneven_chunks,
 )
 from fuzz.engines.registry import Engine
 from fuzz.judge.draws import Draw
@@ -74,6 +75,9 @@ class Accumulation(Engine):
         """Chunks of a few bucketed shapes for a framework that compiles a program per shape (its trainers pad
         micro-batches to fixed shapes too); as drawn for the others."""
         return bucketed_chunks(case, split) if subject.adapter.compiles_per_shape else (case, split)
+
+    def telling_split(self, subject: Any, case: Case, shape: tuple[int, int]) -> tuple[Case, ChunkSplit]:
+        return self.fit(subject, case, uneven_chunks(case, shape))
 
     def run(self, subject: Any, case: Case, split: ChunkSplit, cotangents: dict[str, np.ndarray] | None,
             exact: Any) -> Verdict:

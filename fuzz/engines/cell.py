@@ -12,6 +12,7 @@ and the case that did it, so a dead rank costs one timeout, not one per shrink s
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -21,16 +22,17 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis import target
 
+from fuzz.engines.chunks import uneven_chunks
 from fuzz.engines.registry import Engine, engine_named
 from fuzz.engines.torch_ranks import RankFailure
-from fuzz.judge.anchors import fixed_cases
-from fuzz.judge.draws import draw_cotangents, drawer
+from fuzz.judge.anchors import MIXED_COUNTS, AnchorDraws, fixed_cases
+from fuzz.judge.draws import draw_case, draw_cotangents, drawer
 from fuzz.judge.subject import Subject
 from fuzz.judge.verdict import STRUCTURE, Verdict
 from fuzz.report.callee import snippet_under_free_name
 from fuzz.report.results import Bug, CellResult
 from fuzz.run.calls import CallTimedOut, Watcher
-from fuzz.run.cell import fuzz_cell
+from fuzz.run.cell import ambiguous, fuzz_cell, with_fewer_causes
 from fuzz.run.interrupted import TIMEOUT, interrupted_cell, timed_out_in_process
 from fuzz.run.plan import CellTask
 from fuzz.run.processes import DidNotStart
@@ -128,6 +130,34 @@ def _example(task: CellTask, engine: Engine, subject: Subject, state: dict[str, 
     return verdict
 
 
+def named_on_a_telling_split(engine: Engine, subject: Subject, task: CellTask, case: Case, verdict: Verdict,
+                             messages: list[str]) -> list[str]:
+    """The failures' `messages` (one per failure of `verdict`, in order); where one names several mistakes of the
+    combination at once (on an even split of equal rows, a chunk's own count and a factor of R or G give one value),
+    with what the function gives on the fixed case of rows of different counts split into chunks of different rows
+    (the engine's `telling_split`), where they differ, if that names fewer. One more run of the split (none where
+    the engine has no such split); the snippet still reproduces the shrunk case alone. A run that overruns its time
+    limit, or ranks that die, add nothing."""
+    if not ambiguous(verdict):
+        return list(messages)
+    contract = case.contract
+    fixed = draw_case(drawer(AnchorDraws(MIXED_COUNTS, contract)), dtypes=[task.dtype], layouts=("contiguous",),
+                      devices=[task.device], contract=contract, masked_values=subject.masked_values,
+                      emphasis="splits")
+    arranged = engine.telling_split(subject, fixed, task.mesh)
+    if arranged is None:
+        return list(messages)
+    try:
+        seen = engine.run(subject, *arranged, None, None)
+    except (CallTimedOut, RankFailure):
+        return list(messages)
+    rows, tokens = fixed.shape
+    sizes = [str(end - start) for start, end in itertools.pairwise(uneven_chunks(fixed, task.mesh).cuts)]
+    where = (f"the fixed case '{MIXED_COUNTS.name}', {rows} x {tokens}, in chunks of {', '.join(sizes[:-1])} and "
+             f"{sizes[-1]} rows")
+    return with_fewer_causes(messages, verdict, seen, where)
+
+
 def rank_failure(error: RankFailure) -> Verdict:
     """The failing verdict of an example whose ranks died or hung: a rank's own failure first where the others hung
     waiting for it (its kind is the bug's, as on a split where no rank waits), then what became of the ranks."""
@@ -152,7 +182,10 @@ def run_sharded_cell(task: CellTask, watcher: Watcher | None = None, subject: Su
         snippet = snippet_under_free_name(  # the function under a name the snippet's own code does not bind
             lambda chosen: engine.snippet(chosen, failing.case, failing.split, failing.cotangents, failing.failures),
             subject)
-        return Bug(verdict.kind, [str(failure) for failure in verdict.failures], case, snippet, verdict.traceback)
+        failures = [str(failure) for failure in verdict.failures]
+        if task.check == "forward":
+            failures = named_on_a_telling_split(engine, subject, task, case, verdict, failures)
+        return Bug(verdict.kind, failures, case, snippet, verdict.traceback)
 
     started = time.perf_counter()
     try:

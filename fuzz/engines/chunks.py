@@ -91,6 +91,18 @@ def draw_chunks(draw: Draw, case: Case, shape: tuple[int, int]) -> tuple[Case, C
     return case, ChunkSplit(ranks, steps, cuts, widths)
 
 
+def uneven_chunks(case: Case, shape: tuple[int, int]) -> ChunkSplit:
+    """R x G chunks of the case's rows, of different sizes: one row in each chunk but the last, which takes the rest,
+    every chunk the step's width. On rows of different counts each chunk's own count is then unlike its share of
+    the step's, and unlike R or G times it, where an even split of equal rows makes them all one value. The case
+    needs at least R x G rows."""
+    ranks, steps = shape
+    batch, tokens = case.shape
+    if batch < ranks * steps:
+        raise ValueError(f"{batch} rows cannot make {ranks * steps} chunks of at least one row")
+    return ChunkSplit(ranks, steps, (*range(ranks * steps), batch), (tokens,) * (ranks * steps))
+
+
 def chunk_case(case: Case, split: ChunkSplit, k: int) -> Case:
     """Chunk k's inputs as a Case of their own: its rows, its width (contiguous, as a data loader makes them)."""
     rows, width = split.rows(k), split.widths[k]

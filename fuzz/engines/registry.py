@@ -79,6 +79,11 @@ class Engine:
         """The case and split as the subject's framework is given them (by default, as drawn)."""
         return case, split
 
+    def telling_split(self, subject: Any, case: Case, shape: tuple[int, int]) -> tuple[Case, Any] | None:
+        """`case` (the fixed case of rows of different counts) split over `shape` as this engine runs it, where the
+        usual mistakes of a combination give different values; None where the engine has no such split."""
+        return None
+
     def exact_cotangents(self, case: Case, cotangents: dict[str, np.ndarray], split: Any) -> dict[str, np.ndarray]:
         """The cotangents the exact VJP is taken with (summed over replicas where each replica receives one)."""
         return cotangents

@@ -203,23 +203,32 @@ def named_where_counts_differ(subject: Subject, case: Case, verdict: Verdict, me
     One more call of the function (none where the case is that fixed case); the snippet still reproduces the shrunk
     case alone. A call that overruns its time limit there adds nothing in this process (a worker process is
     stopped, as for any call)."""
-    messages = list(messages)
-    ambiguous = [index for index, failure in enumerate(verdict.failures)
-                 if failure.hint and ALTERNATIVES in failure.hint]
-    if not ambiguous or dict(case.story).get(FIXED_CASE) == MIXED_COUNTS.name:
-        return messages
+    if not ambiguous(verdict) or dict(case.story).get(FIXED_CASE) == MIXED_COUNTS.name:
+        return list(messages)
     other = cell_case(drawer(AnchorDraws(MIXED_COUNTS, case.contract)), case.contract)
     try:
         seen = check_example(subject, other, None, repeat=False)
     except CallTimedOut:
-        return messages
+        return list(messages)
     rows, tokens = other.shape
-    for index in ambiguous:
+    return with_fewer_causes(messages, verdict, seen, f"the fixed case '{MIXED_COUNTS.name}', {rows} x {tokens}")
+
+
+def ambiguous(verdict: Verdict) -> list[int]:
+    """Which of the verdict's failures name several mistakes at once (their hint lists alternatives)."""
+    return [index for index, failure in enumerate(verdict.failures) if failure.hint and ALTERNATIVES in failure.hint]
+
+
+def with_fewer_causes(messages: list[str], verdict: Verdict, seen: Verdict, where: str) -> list[str]:
+    """`messages` (one per failure of `verdict`, in order), each failure that names several mistakes at once
+    followed by what the same kind of failure names in `seen` (the function's verdict on the case `where` says),
+    where that names fewer."""
+    messages = list(messages)
+    for index in ambiguous(verdict):
         failure = verdict.failures[index]
         there = next((each.hint for each in seen.failures if each.kind == failure.kind and each.hint), None)
         if there is not None and there.count(ALTERNATIVES) < failure.hint.count(ALTERNATIVES):
-            messages[index] += (f" (on the fixed case '{MIXED_COUNTS.name}', {rows} x {tokens}, where they give "
-                                f"different values: {there})")
+            messages[index] += f" (on {where}, where they give different values: {there})"
     return messages
 
 
