@@ -164,7 +164,8 @@ def _add_campaign(subparsers: argparse._SubParsersAction) -> None:
 
 def _add_check(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("check", help="fuzz your own implementation (TARGET)", description=CHECK_HELP)
-    parser.add_argument("target", metavar="TARGET", help="package.module:function or path/to/file.py:function")
+    parser.add_argument("target", metavar="TARGET", help="package.module:function or path/to/file.py:function (a "
+                        "torch.autograd.Function: FILE:YourFunction.apply)")
     runs = parser.add_mutually_exclusive_group(required=True)
     # metavars name the choices in the help text: argparse cannot wrap the usage line of a group that lists them
     runs.add_argument("--framework", choices=FRAMEWORK_CHOICES, metavar="FRAMEWORK",

@@ -173,13 +173,18 @@ def load_target(spec: str) -> Target:
 
 def _load_target(spec: str) -> Target:
     location, sep, name = spec.rpartition(":")
-    if not sep or not location or not name.isidentifier():
-        raise LoadError(f"TARGET must look like package.module:function or path/to/file.py:function, got {spec!r}")
+    # `Class.apply`: a torch.autograd.Function is called through its `apply` (a method of anything the module
+    # holds by name is a target too)
+    parts = name.split(".")
+    if not sep or not location or not all(part.isidentifier() for part in parts):
+        raise LoadError(f"TARGET must look like package.module:function or path/to/file.py:function (or "
+                        f"Class.method), got {spec!r}")
     is_file = location.endswith(".py") or os.sep in location
     if location.endswith(":") or (not is_file and not all(part.isidentifier() for part in location.split("."))):
         fixed = f"{location.rstrip(':')}:{name}"
         raise LoadError(f"TARGET {spec!r}: {location!r} is neither a file (path/to/file.py) nor a module name "
                         f"(package.module); did you mean {fixed!r}? (one colon between the two parts)")
+    owner = parts[0]  # the name the module holds
     if is_file:
         path = os.path.abspath(location)
         if not os.path.isfile(path):
@@ -199,7 +204,7 @@ def _load_target(spec: str) -> Target:
             module_spec.loader.exec_module(module)
         except Exception as error:
             raise LoadError(f"{location} raised on import: {type(error).__name__}: {error}") from error
-        import_lines = (*module_file_lines(path, module_name), module_attribute_line(name))
+        import_lines = (*module_file_lines(path, module_name), module_attribute_line(owner))
     else:
         # `python -m fuzz` puts the current directory on sys.path; the installed command does not, and a
         # user's `my_pkg.losses` is usually found there.
@@ -211,10 +216,24 @@ def _load_target(spec: str) -> Target:
             raise LoadError(f"cannot import module {location!r}: {error}") from error
         except Exception as error:
             raise LoadError(f"module {location!r} raised on import: {type(error).__name__}: {error}") from error
-        import_lines = (f"from {location} import {name}",)
-    if not hasattr(module, name):
-        raise LoadError(f"{location} has no attribute {name!r}{_functions_defined(module)}")
-    function = getattr(module, name)
+        import_lines = (f"from {location} import {owner}",)
+    if not hasattr(module, owner):
+        raise LoadError(f"{location} has no attribute {owner!r}{_functions_defined(module)}")
+    function = module
+    for depth, attribute in enumerate(parts):
+        if not hasattr(function, attribute):
+            raise LoadError(f"{location}:{'.'.join(parts[:depth])} has no attribute {attribute!r}")
+        function = getattr(function, attribute)
     if not callable(function) or inspect.isclass(function):
-        raise LoadError(f"{location}:{name} is {a_type_name(function)}, not a function")
-    return Target(spec, function, import_lines, name)
+        raise LoadError(f"{location}:{name} is {a_type_name(function)}, not a function{_through_apply(function, spec)}")
+    if "." not in name:
+        return Target(spec, function, import_lines, name)
+    bound = name.rpartition(".")[2]
+    return Target(spec, function, (*import_lines, f"{bound} = {name}"), bound)
+
+
+def _through_apply(value: object, spec: str) -> str:
+    """A hint for a class that is called through its `apply` (a torch.autograd.Function): check that."""
+    if not inspect.isclass(value) or not callable(getattr(value, "apply", None)):
+        return ""
+    return f" (a torch.autograd.Function is called through its apply: check {spec}.apply)"

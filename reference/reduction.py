@@ -786,6 +786,9 @@ def explain_gradient(case: Case, cotangents: dict[str, np.ndarray], got: dict[st
     bound = gradient_tolerance(exact_gradients, cotangents, case.dtype)[LOSSES][0]  # the contract precision
     if (np.abs(gradient - want) <= bound).all():  # right under the contract precision: no mistake to name
         return None
+    overflowed = _denominator_overflow(case, expected, gradient, want)
+    if overflowed:
+        return overflowed
     observed = float(np.median(gradient[mask])) / cotangent
     matches = []
     for text, weights in _candidates(expected, observed, unit_roundoff(case.dtype)):  # the gradient's dtype
@@ -797,6 +800,27 @@ def explain_gradient(case: Case, cotangents: dict[str, np.ndarray], got: dict[st
     if not matches:
         return None
     return "it is the gradient of " + f"{ALTERNATIVES}of ".join(matches[:3])
+
+
+# The denominator of each mode's row weights w_i, in the contract's letters: what a backward divides by.
+DENOMINATORS = {TOKEN_MEAN: "N", SEQ_MEAN_TOKEN_MEAN: "D n_i", SEQ_MEAN_TOKEN_SUM_NORM: "D L_max",
+                SEQ_MEAN_TOKEN_SUM: "D"}
+
+
+def _denominator_overflow(case: Case, expected: Exact, gradient: np.ndarray, want: np.ndarray) -> str | None:
+    """A gradient that is 0 at every selected token where the exact one is not, and the mode's denominator (1 / w_i)
+    past the gradient dtype's largest value: a denominator formed in that dtype is inf, and c / inf is 0."""
+    selected = case.token_mask & (want != 0)
+    name = DENOMINATORS.get(expected.mode)
+    if name is None or not selected.any() or (gradient[selected] != 0).any():
+        return None
+    weights = np.abs(row_weights(expected))
+    denominator = float(1 / weights[weights > 0].min())
+    if denominator <= largest(case.dtype):
+        return None
+    return (f"every selected token's gradient is 0, where {name} = {denominator:.6g} is past {case.dtype}'s largest "
+            f"value, {largest(case.dtype):.6g}: is the denominator formed in {case.dtype} (inf there, and c / inf = "
+            "0)? Form counts and denominators in float32 or as integers")
 
 
 # -------------------------------------------------------------------------------------------------- record

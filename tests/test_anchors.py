@@ -5,6 +5,8 @@ in one still ends the cell."""
 
 from __future__ import annotations
 
+import unittest
+
 import numpy as np
 import pytest
 
@@ -19,6 +21,8 @@ from fuzz.judge.anchors import (
     MIXED_COUNTS,
     NO_FIXED_CASES,
     NOTHING_SELECTED,
+    SPLIT_GRADIENT_FIXED_CASES,
+    WIDE_HALF_BATCH,
     AnchorDraws,
     fixed_cases,
 )
@@ -40,7 +44,7 @@ from reference.dtypes import DTYPE_NAMES
 @pytest.mark.parametrize("dtype", DTYPE_NAMES)
 def test_each_fixed_case_is_the_case_it_names_and_every_draw_has_an_answer(contract_name, emphasis, dtype):
     contract = get_contract(contract_name)
-    for anchor in (MIXED_COUNTS, NOTHING_SELECTED, LONG_ROWS, MANY_ROWS):
+    for anchor in (MIXED_COUNTS, NOTHING_SELECTED, LONG_ROWS, MANY_ROWS, WIDE_HALF_BATCH):
         data = AnchorDraws(anchor, contract)
         case = draw_case(drawer(data), dtypes=[dtype], layouts=["contiguous", "transposed"], contract=contract,
                          emphasis=emphasis)
@@ -50,6 +54,8 @@ def test_each_fixed_case_is_the_case_it_names_and_every_draw_has_an_answer(contr
             assert case.shape == (4, 7) and sorted(counts) == [0, 2, 5, 7], counts
         elif anchor is NOTHING_SELECTED:
             assert case.shape == (4, 7) and not case.mask.any()
+        elif anchor is WIDE_HALF_BATCH:  # B n_i, and N, past float16's largest, 65504
+            assert case.shape == (64, 1031) and case.mask.all() and 64 * 1031 > 65504
         else:  # past bfloat16's 256 in a row and float16's 2048 in the batch, or 4096 rows: every token selected,
             # values of one sign
             assert case.shape == ((3, 1031) if anchor is LONG_ROWS else (4096, 1)) and case.mask.all()
@@ -70,10 +76,13 @@ def test_each_fixed_case_is_the_case_it_names_and_every_draw_has_an_answer(contr
 
 
 def test_gradient_cells_check_theirs_first_and_forward_cells_last():
-    assert GRADIENT_FIXED_CASES.first == (MIXED_COUNTS, NOTHING_SELECTED) and not GRADIENT_FIXED_CASES.last
+    assert GRADIENT_FIXED_CASES.first == (MIXED_COUNTS, NOTHING_SELECTED)
+    assert GRADIENT_FIXED_CASES.last == (WIDE_HALF_BATCH,) and WIDE_HALF_BATCH.dtypes == ("float16",)
     assert FORWARD_FIXED_CASES.last == (LONG_ROWS, MANY_ROWS, MIXED_COUNTS, NOTHING_SELECTED)
     assert not FORWARD_FIXED_CASES.first
-    assert fixed_cases("gradients") is fixed_cases("gradients", split=True) is GRADIENT_FIXED_CASES
+    assert fixed_cases("gradients") is GRADIENT_FIXED_CASES
+    assert fixed_cases("gradients", split=True) is SPLIT_GRADIENT_FIXED_CASES  # a split's chunks: at most 16 rows
+    assert SPLIT_GRADIENT_FIXED_CASES.first == GRADIENT_FIXED_CASES.first and not SPLIT_GRADIENT_FIXED_CASES.last
     assert fixed_cases("forward") is FORWARD_FIXED_CASES and fixed_cases("forward", split=True) is NO_FIXED_CASES
 
 
@@ -355,3 +364,25 @@ def test_a_forward_bug_the_draws_find_keeps_its_minimal_case():
     (cell,) = report.cells
     assert not cell.ok and all("fixed case" not in dict(bug.case.story) for bug in cell.bugs)
     assert "minimal case:" in "\n".join(bugs(report.cells))
+
+
+def _token_mean(token_losses, token_mask):
+    import torch
+
+    acc = torch.promote_types(token_losses.dtype, torch.float32)
+    return torch.where(token_mask, token_losses.to(acc), 0).sum() / token_mask.sum().clamp(min=1)
+
+
+def test_a_float16_gradient_cell_checks_the_wide_batch_after_its_draws_and_no_other_cell_does():
+    """64 rows of 1031 tokens, past float16's 65504 in N: a correct loss conforms on it, in the float16 gradient cell
+    only, after that cell's draws (one example more than the float32 cell's); the float32 cell, whose fixed cases
+    after its draws are none, ends with its draws."""
+    pytest.importorskip("torch")
+    try:
+        report = fuzz.check(_token_mean, framework="torch", reduction="token-mean", dtypes=["float16", "float32"],
+                            max_examples=3, gradient_examples=3)
+    except unittest.SkipTest as error:  # Hypothesis' "no test cases" from a cell's empty list of them: a crash here
+        pytest.fail(f"a cell ran no examples: {error}")
+    assert report.ok, report.failures
+    gradient_cells = {cell.dtype: cell for cell in report.cells if cell.check == "gradients"}
+    assert gradient_cells["float16"].examples == gradient_cells["float32"].examples + 1

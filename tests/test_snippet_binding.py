@@ -373,3 +373,54 @@ def test_the_snippet_of_a_partial_bound_to_a_config_object_rebuilds_it(tmp_path)
     assert snippet_binding(opaque)[0][-1].endswith("= None")
     imported = snippet_binding(functools.partial(module.dr_grpo, args=fractions.Fraction(1, 3)))[0]
     assert imported[-3:-1] == ("from fractions import Fraction", "import functools"), imported
+
+
+AUTOGRAD_FUNCTION = """
+import torch
+
+
+class SequenceMean(torch.autograd.Function):
+    # seq-mean-token-mean with a backward of its own that forgets the 1/B
+    @staticmethod
+    def forward(ctx, token_losses, token_mask):
+        acc = torch.promote_types(token_losses.dtype, torch.float32)
+        counts = token_mask.sum(-1)
+        ctx.save_for_backward(token_mask)
+        ctx.input_dtype = token_losses.dtype
+        sums = torch.where(token_mask, token_losses.to(acc), 0.0).sum(-1)
+        return (sums / counts.clamp(min=1)).sum() / max(token_mask.shape[0], 1)
+
+    @staticmethod
+    def backward(ctx, cotangent):
+        (token_mask,) = ctx.saved_tensors
+        weights = cotangent / token_mask.sum(-1, keepdim=True).clamp(min=1)  # the bug: no 1/B
+        return torch.where(token_mask, weights, 0.0).to(ctx.input_dtype), None
+"""
+
+
+def test_an_autograd_functions_apply_is_a_target_and_its_snippet_rebuilds_it(tmp_path):
+    """A torch.autograd.Function is called through its `apply`, a method bound to the class: passed to `check` as
+    `SequenceMean.apply`, its snippet imports the class and takes its `apply` (and fails on the bug); on the command
+    line `FILE:SequenceMean.apply` is the target, and `FILE:SequenceMean` is told to name it so."""
+    pytest.importorskip("torch")
+    path = tmp_path / "fused_loss.py"
+    path.write_text(AUTOGRAD_FUNCTION)
+    module = _module_from(path)
+    report = check(module.SequenceMean.apply, framework="torch", reduction="seq-mean-token-mean", dtypes=["float32"],
+                   max_examples=5, gradient_examples=5)
+    failure = next(f for f in report.failures if "gradients" in f.check)
+    assert "apply = SequenceMean.apply" in failure.snippet, failure.snippet
+    (tmp_path / "snippet.py").write_text(failure.snippet)
+    replay = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert replay.returncode == 1 and "AssertionError" in replay.stderr, replay.stderr[-2000:]
+
+    def command(target: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "fuzz", "check", target, "--framework", "torch", "--reduction",
+                               "seq-mean-token-mean", "--dtypes", "float32", "--max-examples", "5"],
+                              capture_output=True, text=True, timeout=300)
+
+    found = command(f"{path}:SequenceMean.apply")
+    said = " ".join(found.stdout.split())  # unwrapped
+    assert found.returncode == 1 and "gradients: d token_losses out of tolerance" in said, found.stdout + found.stderr
+    told = command(f"{path}:SequenceMean")
+    assert told.returncode == 2 and f"check {path}:SequenceMean.apply" in told.stderr, told.stderr

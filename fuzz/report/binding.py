@@ -121,17 +121,16 @@ def _function_lines(function: Callable[..., Any]) -> tuple[tuple[str, ...], str]
     directory, with that file's folder on the path for the modules beside it) where the module holds it by its
     name, or its source after its module's names (a function defined inside another one, a lambda), with its
     free variables assigned first where their values are literals; otherwise a comment saying to define it."""
+    if inspect.ismethod(function):
+        bound = _method_lines(function)
+        if bound is not None:
+            return bound
     path, names = _module_of(function)
     lines = module_file_lines(path, TARGET_MODULE, script=names.get("__name__") == "__main__") if path else ()
     code = getattr(function, "__code__", None)
-    package = names.get("__package__")
     for held in (getattr(function, "__name__", None), getattr(code, "co_name", None)):  # __name__ may be renamed
         if path and isinstance(held, str) and held.isidentifier() and names.get(held) is function:
-            # a package's module may import its siblings relatively: loaded alone from its file it would not load,
-            # so it is imported by its name, as the user's code imports it
-            if package and sys.modules.get(str(names.get("__name__"))) is inspect.getmodule(function):
-                return (f"from {names['__name__']} import {held}",), held
-            return (*lines, module_attribute_line(held)), held
+            return _held_lines(function, path, names, held), held
     name = _defined_name(function)
     source = None if inspect.ismethod(function) else _source(function, name)  # a method needs its instance
     free = _free_values(function)
@@ -141,6 +140,40 @@ def _function_lines(function: Callable[..., Any]) -> tuple[tuple[str, ...], str]
     # its source needs its module's names (the helpers it calls) around it, and its closure's values
     prelude = (*lines, "globals().update({k: v for k, v in vars(_module).items() if not k.startswith('__')})")
     return (*(prelude if path else ()), *free, *source), name
+
+
+def _held_lines(value: object, path: str, names: dict[str, Any], held: str) -> tuple[str, ...]:
+    """Python that binds `held`, the name by which the module of file `path` (its names `names`) holds `value`."""
+    # a package's module may import its siblings relatively: loaded alone from its file it would not load, so it is
+    # imported by its name, as the user's code imports it
+    if names.get("__package__") and sys.modules.get(str(names.get("__name__"))) is inspect.getmodule(value):
+        return (f"from {names['__name__']} import {held}",)
+    return (*module_file_lines(path, TARGET_MODULE, script=names.get("__name__") == "__main__"),
+            module_attribute_line(held))
+
+
+def _method_lines(method: Any) -> tuple[tuple[str, ...], str] | None:
+    """Python that binds a method bound to a class or object that its module holds by name (a
+    torch.autograd.Function's `apply`, bound to the class), and the method's name; None for any other."""
+    owner, name = method.__self__, getattr(method, "__name__", None)
+    path, names = _class_module(owner if inspect.isclass(owner) else type(owner))
+    held = next((key for key, value in names.items() if value is owner and key.isidentifier()), None)
+    if not path or held is None or not isinstance(name, str) or not name.isidentifier():
+        return None
+    return (*_held_lines(owner, path, names, held), f"{name} = {held}.{name}"), name
+
+
+def _class_module(cls: type) -> tuple[str | None, dict[str, Any]]:
+    """The file and the names of the module that defines `cls`: from sys.modules, else (a module loaded from its
+    path, not registered) from the globals of a function its body defines."""
+    path, names = _module_of(cls)
+    if path:
+        return path, names
+    for value in vars(cls).values():
+        found = getattr(getattr(value, "__func__", value), "__globals__", None)  # a staticmethod's, a method's
+        if isinstance(found, dict) and isinstance(found.get("__file__"), str):
+            return found["__file__"], found
+    return None, {}
 
 
 def module_attribute_line(name: str) -> str:

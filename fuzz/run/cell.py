@@ -163,6 +163,8 @@ def fuzz_cell(subject: Subject, *, dtype: str, device: str, layouts: Sequence[st
     def run(anchors: Sequence[Anchor], draws: bool) -> None:
         test = given(st.data())(property_holds)
         anchors = [anchor for anchor in anchors if anchor.checked_by(dtype, subject.compiled)]
+        if not anchors and not draws:  # none of the fixed cases is this cell's (a float16 one in a float32 cell)
+            return
         for anchor in reversed(anchors):  # Hypothesis runs explicit examples last decorated first
             test = example(AnchorDraws(anchor, subject.contract))(test)
         # Hypothesis' climb past the budget once a failure exists (fuzz/run/targeting.py) ends with the budget
