@@ -366,7 +366,7 @@ def test_a_forward_bug_the_draws_find_keeps_its_minimal_case():
     assert "minimal case:" in "\n".join(bugs(report.cells))
 
 
-def _token_mean(token_losses, token_mask):
+def _token_mean_with_float32_count(token_losses, token_mask):
     import torch
 
     acc = torch.promote_types(token_losses.dtype, torch.float32)
@@ -379,8 +379,8 @@ def test_a_float16_gradient_cell_checks_the_wide_batch_after_its_draws_and_no_ot
     after its draws are none, ends with its draws."""
     pytest.importorskip("torch")
     try:
-        report = fuzz.check(_token_mean, framework="torch", reduction="token-mean", dtypes=["float16", "float32"],
-                            max_examples=3, gradient_examples=3)
+        report = fuzz.check(_token_mean_with_float32_count, framework="torch", reduction="token-mean",
+                            dtypes=["float16", "float32"], max_examples=3, gradient_examples=3)
     except unittest.SkipTest as error:  # Hypothesis' "no test cases" from a cell's empty list of them: a crash here
         pytest.fail(f"a cell ran no examples: {error}")
     assert report.ok, report.failures
