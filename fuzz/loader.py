@@ -219,8 +219,8 @@ def _load_target(spec: str) -> Target:
         import_lines = (f"from {location} import {owner}",)
     if not hasattr(module, owner):
         raise LoadError(f"{location} has no attribute {owner!r}{_functions_defined(module)}")
-    function = module
-    for depth, attribute in enumerate(parts):
+    function = getattr(module, owner)
+    for depth, attribute in enumerate(parts[1:], start=1):
         if not hasattr(function, attribute):
             raise LoadError(f"{location}:{'.'.join(parts[:depth])} has no attribute {attribute!r}")
         function = getattr(function, attribute)

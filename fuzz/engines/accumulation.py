@@ -28,7 +28,6 @@ from fuzz.engines.chunks import (
     judge_combined,
     shape_name,
     step_keywords,
-    uneven_chunks,
 )
 from fuzz.engines.registry import Engine
 from fuzz.judge.draws import Draw
@@ -76,8 +75,8 @@ class Accumulation(Engine):
         micro-batches to fixed shapes too); as drawn for the others."""
         return bucketed_chunks(case, split) if subject.adapter.compiles_per_shape else (case, split)
 
-    def telling_split(self, subject: Any, case: Case, shape: tuple[int, int]) -> tuple[Case, ChunkSplit]:
-        return self.fit(subject, case, uneven_chunks(case, shape))
+    def telling_split(self, subject: Any, case: Case, chunks: ChunkSplit) -> tuple[Case, ChunkSplit]:
+        return self.fit(subject, case, chunks)
 
     def run(self, subject: Any, case: Case, split: ChunkSplit, cotangents: dict[str, np.ndarray] | None,
             exact: Any) -> Verdict:

@@ -144,7 +144,8 @@ def named_on_a_telling_split(engine: Engine, subject: Subject, task: CellTask, c
     fixed = draw_case(drawer(AnchorDraws(MIXED_COUNTS, contract)), dtypes=[task.dtype], layouts=("contiguous",),
                       devices=[task.device], contract=contract, masked_values=subject.masked_values,
                       emphasis="splits")
-    arranged = engine.telling_split(subject, fixed, task.mesh)
+    chunks = uneven_chunks(fixed, task.mesh)
+    arranged = engine.telling_split(subject, fixed, chunks)
     if arranged is None:
         return list(messages)
     try:
@@ -152,7 +153,7 @@ def named_on_a_telling_split(engine: Engine, subject: Subject, task: CellTask, c
     except (CallTimedOut, RankFailure):
         return list(messages)
     rows, tokens = fixed.shape
-    sizes = [str(end - start) for start, end in itertools.pairwise(uneven_chunks(fixed, task.mesh).cuts)]
+    sizes = [str(end - start) for start, end in itertools.pairwise(chunks.cuts)]
     where = (f"the fixed case '{MIXED_COUNTS.name}', {rows} x {tokens}, in chunks of {', '.join(sizes[:-1])} and "
              f"{sizes[-1]} rows")
     return with_fewer_causes(messages, verdict, seen, where)

@@ -54,7 +54,6 @@ from fuzz.engines.chunks import (
     draw_chunks,
     explain_combined_gradient,
     judge_combined,
-    uneven_chunks,
 )
 from fuzz.engines.jax_worker import JAX_MESH_PROCESS
 from fuzz.engines.judge import PADDING_NOT_ZERO
@@ -139,8 +138,8 @@ class JaxAccumulation(Accumulation):
     def fit(self, subject: Any, case: Case, split: MeshChunks) -> tuple[Case, MeshChunks]:
         return case, split  # draw_split made every chunk one shape of the menus already
 
-    def telling_split(self, subject: Any, case: Case, shape: tuple[int, int]) -> tuple[Case, MeshChunks]:
-        return uniform_chunks(case, uneven_chunks(case, shape))
+    def telling_split(self, subject: Any, case: Case, chunks: ChunkSplit) -> tuple[Case, MeshChunks]:
+        return uniform_chunks(case, chunks)
 
     def run(self, subject: Any, case: Case, split: MeshChunks, cotangents: dict[str, np.ndarray] | None,
             exact: Any) -> Verdict:

@@ -79,9 +79,10 @@ class Engine:
         """The case and split as the subject's framework is given them (by default, as drawn)."""
         return case, split
 
-    def telling_split(self, subject: Any, case: Case, shape: tuple[int, int]) -> tuple[Case, Any] | None:
-        """`case` (the fixed case of rows of different counts) split over `shape` as this engine runs it, where the
-        usual mistakes of a combination give different values; None where the engine has no such split."""
+    def telling_split(self, subject: Any, case: Case, chunks: Any) -> tuple[Case, Any] | None:
+        """`case` (the fixed case of rows of different counts) and `chunks`, an uneven split of it into a step's
+        chunks (fuzz.engines.chunks.uneven_chunks) where the usual mistakes of a combination give different values,
+        as this engine runs them; None where the engine's splits are not a step's chunks."""
         return None
 
     def exact_cotangents(self, case: Case, cotangents: dict[str, np.ndarray], split: Any) -> dict[str, np.ndarray]:

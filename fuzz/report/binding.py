@@ -126,11 +126,11 @@ def _function_lines(function: Callable[..., Any]) -> tuple[tuple[str, ...], str]
         if bound is not None:
             return bound
     path, names = _module_of(function)
-    lines = module_file_lines(path, TARGET_MODULE, script=names.get("__name__") == "__main__") if path else ()
     code = getattr(function, "__code__", None)
     for held in (getattr(function, "__name__", None), getattr(code, "co_name", None)):  # __name__ may be renamed
         if path and isinstance(held, str) and held.isidentifier() and names.get(held) is function:
             return _held_lines(function, path, names, held), held
+    lines = module_file_lines(path, TARGET_MODULE, script=names.get("__name__") == "__main__") if path else ()
     name = _defined_name(function)
     source = None if inspect.ismethod(function) else _source(function, name)  # a method needs its instance
     free = _free_values(function)
