@@ -211,3 +211,32 @@ def test_an_array_of_one_repeated_value_is_one_line_and_rebuilt_exactly(framewor
     adapter = load_framework(framework)
     np.testing.assert_array_equal(adapter.to_float64(namespace["token_log_probs"]), case.token_log_probs)
     np.testing.assert_array_equal(adapter.to_bool(namespace["token_mask"]), case.token_mask)
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (16, 300)], ids=str)
+def test_a_gradient_snippet_prints_a_large_array_summarized_and_a_small_one_whole(shape, capsys):
+    """A wrong gradient of a wide batch (16 x 300 tokens): the snippet's output and its assertion show each array
+    summarized (NumPy's `...`), a few KB where every value printed as got, expected and tolerance was hundreds; a
+    small one's values are printed whole."""
+    rng = np.random.default_rng(3)
+    case = Case(-rng.integers(1, 8, shape).astype(np.float64), np.full(shape[0], 1.5), np.ones(shape, bool),
+                dtype="float32")
+    cotangents = complete_cotangents({"sequence_summed": np.ones(shape[0]), "token_averaged": np.ones(shape[0]),
+                                      "magnitude_ratio": np.array(1.0)}, shape[0])
+    source = SnippetSource("f", "torch", (), "f", None, ())
+    snippet = snippet_for(source, case, ["d token_log_probs out of tolerance"], cotangents)
+
+    def doubled_log_prob_gradient(log_probs, advantages, mask):
+        return get_implementation("torch-eager")(2 * log_probs - log_probs.detach(), advantages, mask)
+
+    with pytest.raises(AssertionError) as raised:
+        exec(compile(snippet, "<snippet>", "exec"), {"f": doubled_log_prob_gradient})
+    printed, said = capsys.readouterr().out, str(raised.value)
+    assert said.startswith("d token_log_probs: got [[")
+    if shape == (16, 300):
+        assert "..." in printed and "..." in said
+        assert len(printed) + len(said) < 8000, (len(printed), len(said))
+    else:
+        assert "..." not in printed + said
+        got = printed.partition("expected")[0].partition("got")[2]  # the log-probs' gradient, every value
+        assert len(got.replace("[", " ").replace("]", " ").replace(",", " ").split()) == shape[0] * shape[1]

@@ -14,7 +14,7 @@ import numpy as np
 from fuzz.engines.judge import summed_over_replicas
 from fuzz.engines.split import Padded, Split, pad_cotangents, pad_for_shard_map
 from fuzz.report.literals import bool_literal, literal
-from fuzz.report.snippet import comment_lines, failure_comments, plural, wrapping_lines
+from fuzz.report.snippet import PRINT_OPTIONS, comment_lines, failure_comments, plural, wrapping_lines
 from reference.case import Case
 from reference.exact import exact_results, exact_tolerance
 
@@ -29,6 +29,7 @@ def _header(subject: Any, case: Case, failures: list[str], how: str) -> list[str
         "from math import inf, nan",
         "import numpy as np",
         *subject.import_lines,
+        PRINT_OPTIONS,
         "",
     ]
     for spec in case.contract.inputs:
@@ -74,9 +75,9 @@ def check_close(name, got, want, tol, problems):
         problems.append(f"{name}: no gradient (the outputs do not reach this input)")
         return
     got = np.asarray(got, dtype=np.float64).reshape(np.shape(want))
-    print(f"{name}: got {got.tolist()}, expected {want.tolist()}")
+    print(f"{name}: got {got}, expected {want}")
     if not np.isfinite(got).all() or (np.abs(got - want) > tol).any():
-        problems.append(f"{name}: got {got.tolist()}, expected {want.tolist()} +- {np.asarray(tol).tolist()}")
+        problems.append(f"{name}: got {got}, expected {want} +- {np.asarray(tol)}")
 '''
 
 
@@ -272,6 +273,7 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
         "# each chunk's share of the combined loss: 1/R under the ranks' mean, 1/G under 1/G",
         f"WEIGHT = {weight!r}",
         "",
+        PRINT_OPTIONS,
         f"def as_float64(x):\n    return {syntax.as_float64}",
         "",
         "chunks = []",
@@ -334,7 +336,7 @@ def accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: dict[
         "    grad[CUTS[k]:CUTS[k + 1], :WIDTHS[k]] = as_float64(got)",
         f"expected = np.array({literal(exact.inputs()[spec.name])})",
         f"tolerance = np.array({literal(tolerances[spec.name][0])})",
-        "print(f'combined gradient {grad.tolist()}, expected {expected.tolist()}')",
+        "print(f'combined gradient {grad}, expected {expected}')",
         "assert np.isfinite(grad).all() and (np.abs(grad - expected) <= tolerance).all(), 'combined gradient wrong'",
     ]
     return "\n".join(lines) + "\n"
@@ -366,6 +368,7 @@ def ddp_snippet(subject: Any, case: Case, split: Any, cotangents: dict[str, np.n
         "import torch.multiprocessing",
         "from torch.nn.parallel import DistributedDataParallel",
         *subject.import_lines,
+        PRINT_OPTIONS,
         "",
         f"LOSSES = np.array({literal(case.values[values_name])}).reshape{tuple(case.shape)!r}",
         f"MASK = np.array({bool_literal(case.mask)}, dtype=bool).reshape{tuple(case.shape)!r}",
@@ -438,7 +441,7 @@ def ddp_snippet(subject: Any, case: Case, split: Any, cotangents: dict[str, np.n
         lines += ["    grad = results[0][1]",
                   "    assert grad is not None, 'the losses got no gradient'",
                   "    grad = np.array(grad)",
-                  "    print(f'averaged gradient {grad.tolist()}, expected {EXPECTED_GRAD.tolist()}')",
+                  "    print(f'averaged gradient {grad}, expected {EXPECTED_GRAD}')",
                   "    assert (np.abs(grad - EXPECTED_GRAD) <= GRAD_TOLERANCE).all(), 'the averaged gradient is wrong'"]
     return "\n".join(lines) + "\n"
 
@@ -481,6 +484,7 @@ def jax_accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: d
         "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P",
         *(["import ml_dtypes"] if case.dtype == "bfloat16" else []),
         *subject.import_lines,
+        PRINT_OPTIONS,
         "",
         f"LOSSES = np.array({literal(case.values[values_name])}).reshape{tuple(case.shape)!r}",
         f"MASK = np.array({bool_literal(case.mask)}, dtype=bool).reshape{tuple(case.shape)!r}",
@@ -559,7 +563,7 @@ def jax_accumulation_snippet(subject: Any, case: Case, split: Any, cotangents: d
         "grad = np.asarray(grad).astype(np.float64).reshape(-1, WIDTH)",
         "assert (grad[:, LOSSES.shape[1]:] == 0).all(), 'the gradient at the masked padding tokens is not 0'",
         "grad = grad[:, :LOSSES.shape[1]]",
-        "print(f'combined gradient {grad.tolist()}, expected {EXPECTED_GRAD.tolist()}')",
+        "print(f'combined gradient {grad}, expected {EXPECTED_GRAD}')",
         "assert np.isfinite(grad).all() and (np.abs(grad - EXPECTED_GRAD) <= GRAD_TOLERANCE).all(), \\",
         "    'the combined gradient is wrong'",
     ]

@@ -106,6 +106,13 @@ def wrapping_lines(name: str, wrap: str) -> list[str]:
     return [f"{name} = {call}", f"    {name}{',' if options else rest}", *options]
 
 
+# How a snippet prints the arrays it compares: whole up to 64 elements, else summarized (the first and last three along
+# each axis), each value in as many digits as tell it apart (17 at most). A wide batch's gradient printed whole, as
+# got, expected and tolerance, would fill a terminal many times over; the snippet's header names the element the
+# suite found out of tolerance, and its literals hold every value.
+PRINT_OPTIONS = "np.set_printoptions(threshold=64, precision=17)  # a large array prints summarized"
+
+
 def _gradient_lines(syntax: SnippetSyntax, source: SnippetSource, case: Case, cotangents: dict[str, np.ndarray],
                     exact: object) -> list[str]:
     """Lines that compute the VJP for `cotangents` and assert it matches the exact one."""
@@ -130,9 +137,9 @@ def _gradient_lines(syntax: SnippetSyntax, source: SnippetSource, case: Case, co
         "        problems.append(f'{name}: no gradient (the outputs do not reach this input)')",
         "        continue",
         "    got = as_float64(got)",
-        "    print(f'{name}: got {got.tolist()}, expected {want.tolist()}')",
+        "    print(f'{name}: got {got}, expected {want}')",
         "    if got.shape != want.shape or not np.isfinite(got).all() or (np.abs(got - want) > tol).any():",
-        "        problems.append(f'{name}: got {got.tolist()}, expected {want.tolist()} +- {tol.tolist()}')",
+        "        problems.append(f'{name}: got {got}, expected {want} +- {tol}')",
         "assert not problems, '\\n'.join(problems)",
     ]
     return lines
@@ -175,11 +182,11 @@ def _forward_lines(syntax: SnippetSyntax, source: SnippetSource, case: Case) -> 
         f"    if dtype not in {allowed!r}:",
         f"        problems.append(f'{{key}} has dtype {{dtype}}, expected {' or '.join(allowed)}')",
         "    got = as_float64(got)",
-        "    print(f'{key}: got {got.tolist()}, expected {want.tolist()}')",
+        "    print(f'{key}: got {got}, expected {want}')",
         "    if got.shape != want.shape:",
         "        problems.append(f'{key} has shape {got.shape}, expected {want.shape}')",
         "    elif not np.isfinite(got).all() or (np.abs(got - want) > tol).any():",
-        "        problems.append(f'{key}: got {got.tolist()}, expected {want.tolist()} +- {tol.tolist()}')",
+        "        problems.append(f'{key}: got {got}, expected {want} +- {tol}')",
         f"for name, before, x in zip({names!r}, inputs_before,",
         f"                           ({arguments},)):",
         "    if not np.array_equal(before, as_float64(x), equal_nan=True):",
@@ -206,9 +213,8 @@ def _snippet(source: SnippetSource, case: Case, failures: list[str], cotangents:
     syntax = adapter_class(source.framework).snippet_syntax(case)
     contract = case.contract
     lines = [
-        "# Counterexample found by `python -m fuzz`. Where it imports the suite's own modules (a built-in",
-        "# does, and so does a file of yours that imports fuzz), run it with the suite importable:",
-        "# installed, or its checkout on PYTHONPATH.",
+        "# Counterexample found by `python -m fuzz`. Where it imports the suite's modules (a built-in does,",
+        "# as does a file of yours that imports fuzz), run it with the suite installed or on PYTHONPATH.",
         *failure_comments(failures),
         *([f"# contract: {contract.label}"] if contract.bound else []),
         f"# dtype {case.dtype}, device {case.device}, layout {case.layout}, shape {case.shape}",
@@ -226,6 +232,7 @@ def _snippet(source: SnippetSource, case: Case, failures: list[str], cotangents:
         *[f"{spec.name} = {_layout_expression(syntax, case.values[spec.name], case.layout, case.dtype)}"
           for spec in contract.inputs],
         "",
+        PRINT_OPTIONS,
         f"def as_float64(x):\n    return {syntax.as_float64}",
         "",
     ]
