@@ -42,12 +42,13 @@ def _rank_bug(tmp_path, body: str) -> str:
     return f"{path}:chunk_loss"
 
 
-def rank_cell(target: str, framework: str, engine: str):
-    """The R = 2, G = 1 forward cell of a token-mean rank form `target` on `engine`, run (5 examples)."""
+def rank_cell(target: str, framework: str, engine: str, check: str = "forward"):
+    """The R = 2, G = 1 forward (or gradients) cell of a token-mean rank form `target` on `engine`, run (5
+    examples)."""
     contract, parameters = declared_contract("token-mean", accumulation=True)
     spec = SubjectSpec.of(target, framework, contract=contract, parameters=parameters)
-    tasks = plan_sharded_cells(spec, engine, ["float32"], ["cpu"], 5, 0, False, 1)
-    return run_sharded_cell(next(task for task in tasks if task.mesh == (2, 1)))
+    tasks = plan_sharded_cells(spec, engine, ["float32"], ["cpu"], 5, 0, check == "gradients", 5)
+    return run_sharded_cell(next(task for task in tasks if task.mesh == (2, 1) and check in task.check))
 
 
 @pytest.mark.parametrize(("body", "message"), [
@@ -74,6 +75,28 @@ def test_a_rank_that_raises_while_the_others_wait_for_it_fails_at_once_as_it_rai
     assert [bug.kind for bug in cell.bugs] == ["raised ValueError"]
     assert cell.bugs[0].failures[0].startswith("rank 1: ") and "ValueError: rank 1 is broken" in cell.bugs[0].traceback
     assert "rank 0 did not answer within 3 s after rank 1 raised" in cell.bugs[0].failures[1]
+    assert time.perf_counter() - started < 45  # not the 60 s deadline
+
+
+@pytest.mark.parametrize(("check", "body", "kind", "said"), [
+    ("gradients", "return chunk_loss_on_ranks(token_losses, token_mask, step_masks=step_masks, group=group,\n"
+                  "                           accumulation_steps=accumulation_steps).detach()",
+     "no gradient", "its loss carries no gradient"),
+    ("forward", "return 'a loss'", "wrong output structure", " str"),
+], ids=["loss-without-gradient", "not-a-loss"])
+def test_a_rank_whose_step_stops_on_a_failure_while_the_others_wait_for_it_fails_at_once(tmp_path, monkeypatch, check,
+                                                                                         body, kind, said):
+    """Rank 1's step stops on the suite's own finding, not on an exception: a loss without a gradient runs no
+    backward, so rank 0 waits in DDP's all-reduce of the gradients; a loss that is no tensor ends the step before
+    the rank form's all-reduce of the counts, where rank 0 waits. The example has failed already: a few seconds
+    later the cell reports rank 1's failure, the kind a split with one rank shows (one bug over the splits, as a
+    fresh constant returned for an empty micro-batch is), without waiting out the rank deadline once per cell."""
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "60")
+    started = time.perf_counter()
+    cell = rank_cell(_rank_bug(tmp_path, body), "torch", "ddp", check)
+    assert [bug.kind for bug in cell.bugs] == [kind], cell.failures
+    assert cell.bugs[0].failures[0].startswith("rank 1: ") and said in cell.bugs[0].failures[0], cell.failures
+    assert "rank 0 did not answer within 3 s after rank 1 stopped on its failure" in cell.bugs[0].failures[1]
     assert time.perf_counter() - started < 45  # not the 60 s deadline
 
 

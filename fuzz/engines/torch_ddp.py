@@ -53,7 +53,7 @@ def rank_step(job: dict[str, Any], groups: Any, rank: int) -> dict[str, Any]:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from fuzz.engines.torch_ranks import LOAD_FAILED, resolve
+    from fuzz.engines.torch_ranks import LEFT_EARLY, LOAD_FAILED, resolve
     from fuzz.judge.outputs import check_outputs
     from fuzz.judge.verdict import call_safely
     from impls.frameworks import load_framework
@@ -114,7 +114,9 @@ def rank_step(job: dict[str, Any], groups: Any, rank: int) -> dict[str, Any]:
                 tb = tb or backward.traceback
                 if not backward.ok:
                     break
-    reply: dict[str, Any] = {"failures": failures, "traceback": tb, "losses": losses}
+    # a failure stopped the loop short of the step's end: the other ranks may wait for this one in a collective (the
+    # function's own, or DDP's all-reduce in the last backward), and the pool gives them a short grace, not the deadline
+    reply: dict[str, Any] = {"failures": failures, "traceback": tb, "losses": losses, LEFT_EARLY: bool(failures)}
     if cotangent is not None and not failures:
         grad = step.module.values.grad
         reply["gradient"] = None if grad is None else grad.detach().to(torch.float64).numpy()

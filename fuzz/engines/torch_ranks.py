@@ -45,9 +45,9 @@ from impls.frameworks import adapter_class
 from reference.case import Case
 
 DEFAULT_TIMEOUT_S = 60.0  # per example; a correct example takes milliseconds, a cold start seconds
-# After one rank's call raised, how long the others may still take: one still silent then waits for it in
-# a collective it never joins, and the example has failed already, so waiting out the whole deadline (once per
-# cell and dtype) would tell nothing more.
+# After one rank's call raised (or its step stopped on a failure), how long the others may still take: one still
+# silent then waits for it in a collective it never joins, and the example has failed already, so waiting out the
+# whole deadline (once per cell and dtype) would tell nothing more.
 FAILED_RANK_GRACE_S = 3.0
 EXAMPLE = "an example"
 START_TIMEOUT_S = 180.0  # spawning ranks imports torch in each; slow on a loaded 2-core machine
@@ -59,10 +59,17 @@ def _failures(reply: Any) -> list[Any]:
     return list(reply.get("failures") or []) if isinstance(reply, dict) else []
 
 
-def _raised(reply: Any) -> bool:
-    """Whether the function raised on the rank that sent `reply` (its traceback came with it): a rank that merely
-    returned something wrong still makes every collective the others wait in."""
-    return isinstance(reply, dict) and bool(reply.get("traceback")) and bool(reply.get("failures"))
+LEFT_EARLY = "left early"  # a reply's key: the runner stopped the rank's step on a failure (fuzz/engines/torch_ddp.py)
+
+
+def _stopped(reply: Any) -> bool:
+    """Whether the rank that sent `reply` stopped short of its step's collectives: the function raised there (its
+    traceback came with it), or the runner broke off its step on a failure (a DDP rank whose loss carries no
+    gradient runs no backward, and DDP's all-reduce waits for it). A rank that merely returned something wrong
+    still makes every collective the others wait in."""
+    if not isinstance(reply, dict) or not reply.get("failures"):
+        return False
+    return bool(reply.get("traceback")) or bool(reply.get(LEFT_EARLY))
 
 
 def rank_timeout() -> float:
@@ -247,7 +254,7 @@ class RankPool:
         """Each rank's reply, waiting on the pipes and the processes together so that a death shows at once."""
         deadline = time.monotonic() + timeout
         replies: dict[int, Any] = {}
-        failed: int | None = None  # the first rank whose call raised, during an example
+        failed: int | None = None  # the first rank that stopped short of its collectives, during an example
         grace = 0.0  # how long the others may take after it
         while len(replies) < self.world:
             waiting = [rank for rank in range(self.world) if rank not in replies]
@@ -263,7 +270,7 @@ class RankPool:
                     else:
                         if isinstance(replies[rank], dict):
                             self.imported.add(replies[rank].pop(IMPORTED, {}))
-                        if doing == EXAMPLE and failed is None and _raised(replies[rank]):
+                        if doing == EXAMPLE and failed is None and _stopped(replies[rank]):
                             failed, grace = rank, min(FAILED_RANK_GRACE_S, max(0.0, deadline - time.monotonic()))
                             deadline = time.monotonic() + grace
                         continue
@@ -303,7 +310,8 @@ class RankPool:
 
         name = describe(failed) if describe else f"rank {failed}"
         silent = ", ".join(describe(r) if describe else f"rank {r}" for r in waiting)
-        message = (f"{silent} did not answer within {grace:.3g} s after {name} raised: waiting for it in a "
+        how = "raised" if reply.get("traceback") else "stopped on its failure"
+        message = (f"{silent} did not answer within {grace:.3g} s after {name} {how}: waiting for it in a "
                    "collective it never joined (the ranks were restarted)")
         self._fail(message, [Failure(f.kind, f"{name}: {f.message}") for f in _failures(reply)],
                    reply.get("traceback"))
