@@ -149,6 +149,8 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
         candidates.append((share * sum(_padded_width_losses(chunks, bound, expected.rows_divisor())),
                            "is L_max taken from each chunk's padded width?"))
     candidates += [(exact * factor, text) for factor, text in _factors(ranks, steps, bound, own_count_said=True)]
+    if bound["mode"] == reduction.TOKEN_MEAN:
+        candidates += _positions_counted(case, own, share, exact, tokens)
     clamped = int(np.maximum(expected.counts, 1).sum())
     if bound["mode"] == reduction.TOKEN_MEAN and clamped != tokens and clamped:
         candidates.append((exact * tokens / clamped, f"= N / (N + {clamped - tokens} empty rows): a per-row "
@@ -166,6 +168,20 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
         return None
     ratio = f"{_ratio_text(combined / exact)}x" if exact else f"{combined:.6g} (exactly 0 expected)"
     return f"the combined loss is {ratio} the full-batch loss with R = {ranks}, G = {steps}: " + "; or ".join(causes)
+
+
+def _positions_counted(case: Case, own: Sequence[reduction.Exact], share: float, exact: float, tokens: int
+                       ) -> list[tuple[float, str]]:
+    """A token-mean whose count is the positions, padding included (`token_mask.numel()`, a `.mean()` over every
+    position): each micro-batch's own (its rows times its padded width), or the step's (B T)."""
+    positions = [result.batch * result.tokens for result in own]
+    own_positions = share * math.fsum(result.total / size for result, size in zip(own, positions) if size)
+    step_positions = case.mask.size
+    return [(own_positions, "does each micro-batch divide by its own positions, padding included (its rows times its "
+                            "padded width: `token_mask.numel()`, or a `.mean()`), not by the step's tokens?"),
+            *([(exact * tokens / step_positions, f"= N / (B T): is the step's count taken over all {step_positions} "
+                                                 "positions, padding included (`numel()`, `.mean()`)?")]
+              if step_positions else [])]
 
 
 def _ratio_text(ratio: float) -> str:

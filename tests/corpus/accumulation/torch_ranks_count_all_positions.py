@@ -10,6 +10,7 @@ CONTRACT = "accumulation"
 REDUCTION = "token-mean"
 DP_REDUCE = "mean"
 RANKS = True
+EXPLAINS = "taken over all"
 import torch
 import torch.distributed as dist
 
