@@ -17,6 +17,7 @@ wrong with fn's answer on it.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -324,9 +325,12 @@ def _spec_of(fn: Callable[..., Any], argument: str) -> str:
     (what asked for other processes) for one it cannot."""
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     if not module or module == "__main__" or not isinstance(qualname, str) or not qualname.isidentifier():
-        what = f"{module}.{qualname}" if module and isinstance(qualname, str) else f"{type(fn).__name__} {fn!r:.80}"
+        what = (f"{module}.{qualname}" if module and isinstance(qualname, str) else
+                f"functools.{display_name(fn)}" if isinstance(fn, functools.partial) else
+                f"{type(fn).__name__} {display_name(fn)}")
         instead = ("pass workers=None to run it in this process, or" if argument == "workers=" else
-                   "define it in a module of its own and pass it from there, or pass")
+                   "define it in a module of its own (a function there that calls yours with the arguments a "
+                   "partial or a lambda binds) and pass it from there, or pass")
         raise ValueError(f"{argument} needs a function importable by its module and name, and {what} is not (a "
                          "lambda, a partial, a callable instance, or a function defined in __main__ or inside "
                          f"another function): {instead} a 'package.module:function' string")

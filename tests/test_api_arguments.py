@@ -84,6 +84,20 @@ def test_ranks_name_themselves_when_they_cannot_import_the_function():
     assert "workers" not in str(raised.value)
 
 
+def _chunk_loss_of_mode(token_losses, token_mask, *, step_masks, group, accumulation_steps, mode):
+    raise AssertionError("never called")
+
+
+def test_a_partial_that_ranks_cannot_import_is_named_whole_with_the_way_round_it():
+    """A trainer's CI binds the mode with a partial: the refusal shows that partial as it was written (not cut
+    inside a string) and says what to write instead."""
+    fn = functools.partial(_chunk_loss_of_mode, mode="token-mean")
+    with pytest.raises(ValueError, match=r"^ranks=True needs a function importable") as raised:
+        check(fn, framework="torch", reduction="token-mean", accumulation=True, ranks=True)
+    assert "functools.partial(_chunk_loss_of_mode, mode='token-mean') is not (" in str(raised.value)
+    assert "a function there that calls yours with the arguments a partial or a lambda binds" in str(raised.value)
+
+
 RANK_FORM = """
 def chunk_loss(token_losses, token_mask, *, step_masks, group, accumulation_steps):
     raise AssertionError("never called: the ranks do not start")
