@@ -157,6 +157,7 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
                                                      "clamp(min=1) in the count?"))
     candidates += _share_clamp(bound, tokens, expected.rows_divisor(), steps, exact)
     candidates += _epsilons(expected, tokens)
+    candidates += _half_counts(expected, tokens)
     # every cause that fits, the likelier first: on an even split of equal rows a chunk's own mean and a
     # factor of R give the same value, and the report cannot tell them apart
     # a candidate's own rounding grows with its size: the tolerance of the exact value, scaled to the candidate's
@@ -166,7 +167,7 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
               + 1e-6 * abs(value) and abs(value - exact) > 2 * tol and abs(combined - value) < abs(combined - exact)]
     if not causes:
         return None
-    ratio = f"{_ratio_text(combined / exact)}x" if exact else f"{combined:.6g} (exactly 0 expected)"
+    ratio = f"{ratio_text(combined / exact)}x" if exact else f"{combined:.6g} (exactly 0 expected)"
     return f"the combined loss is {ratio} the full-batch loss with R = {ranks}, G = {steps}: " + "; or ".join(causes)
 
 
@@ -184,7 +185,7 @@ def _positions_counted(case: Case, own: Sequence[reduction.Exact], share: float,
               if step_positions else [])]
 
 
-def _ratio_text(ratio: float) -> str:
+def ratio_text(ratio: float) -> str:
     """A ratio to four digits, or to as many as tell it from 1 (a slip as small as an epsilon in a count is 1 to
     four digits, and to ten where the count is large: 17 tell any float from 1)."""
     return next(text for digits in (4, 10, 17) if (text := f"{ratio:.{digits}g}") != "1" or digits == 17)
@@ -195,6 +196,15 @@ def _epsilons(expected: reduction.Exact, tokens: int) -> list[tuple[float, str]]
     the reduction's own epsilon slips (N, D or D L_max as the mode has it, each row's n_i), as combined values."""
     return [(reduction.candidate_value(expected, weights), text)
             for text, weights in reduction.epsilon_candidates(expected, tokens, expected.rows_divisor())]
+
+
+def _half_counts(expected: reduction.Exact, tokens: int) -> list[tuple[float, str]]:
+    """The step's count given kept in a half-precision dtype (N, or the rows' n_i, as a model's compute dtype
+    holds it): rounded there, or counted by ones until it sticks (256 in bfloat16), as combined values."""
+    divisor = expected.rows_divisor()
+    found = (*reduction.half_count_candidates(expected, tokens, divisor),
+             *reduction.running_count_candidates(expected, tokens, divisor))
+    return [(reduction.candidate_value(expected, weights), text) for text, weights in found]
 
 
 def _share_clamp(declared: Mapping[str, Any], tokens: int, rows: int, steps: int, exact: float
@@ -220,11 +230,15 @@ def _factors(ranks: int, steps: int, declared: Mapping[str, Any], own_count_said
     if declared["backward_scale"] == "1/G":  # each chunk's loss must carry x G against the backward's 1/G
         times_g = f"G = {steps}: is the x G against the 1/G backward scale applied twice{own_count}"
         over_g = f"G = {steps}: is the x G against the declared 1/G backward scale missing, or 1/G applied twice?"
+        # TRL's own division by G inside a loss that a trainer's 1/G backward scale divides again
+        over_g_squared = (f"G = {steps}: is the x G against the declared 1/G backward scale missing and the loss "
+                          "divided by G (accumulation_steps) as well, the 1/G applied twice over?")
     else:  # backward_scale=1: nothing rescales the micro-batches, and nothing in the loss should
         times_g = (f"G = {steps}: is the loss multiplied by G (accumulation_steps), where backward_scale=1 declares no "
                    f"1/G to make up for{own_count}")
         over_g = (f"G = {steps}: is the loss divided by G (accumulation_steps), where backward_scale=1 declares that "
                   "nothing rescales the micro-batches?")
+        over_g_squared = f"G = {steps}: is the loss divided by G (accumulation_steps) twice?"
     averaged_count = "or its count (of tokens or rows) all-reduced with AVG where SUM is meant"
     if ranks_averaged(declared):  # each chunk's loss must carry x dp_size against the ranks' mean
         over_r = f"R = {ranks}: is dp_size missing (the ranks' mean divides by R again)?"
@@ -233,7 +247,7 @@ def _factors(ranks: int, steps: int, declared: Mapping[str, Any], own_count_said
         over_r = f"R = {ranks}: is the loss divided by dp_size, where dp_reduce=sum declares the gradients summed?"
         times_r = f"R = {ranks}: is dp_size applied where the gradients are summed, {averaged_count}{own_count}"
     return [(factor, text) for factor, text in ((steps, times_g), (1 / steps, over_g), (1 / ranks, over_r),
-                                                (ranks, times_r)) if factor != 1]
+                                                (ranks, times_r), (1 / steps**2, over_g_squared)) if factor != 1]
 
 
 def explain_gradient_factor(got: np.ndarray, want: np.ndarray, bound: np.ndarray, ranks: int, steps: int,

@@ -555,7 +555,7 @@ def _off_by_one_candidates(expected: Exact, tokens: int, divisor: int) -> list[C
 RUNNING_COUNT_LIMITS = {"bfloat16": 256, "float16": 2048}
 
 
-def _half_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[Candidate]:
+def half_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[Candidate]:
     """The declared mode with its counts (N, or each row's n_i) rounded to a half-precision dtype, as a mask cast
     to the losses' half dtype, or to a model's compute dtype whatever the losses', and summed keeps them:
     bfloat16 counts by ones only to 256, float16 to 2048."""
@@ -576,7 +576,7 @@ def _half_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[C
     return found
 
 
-def _running_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[Candidate]:
+def running_count_candidates(expected: Exact, tokens: int, divisor: int) -> list[Candidate]:
     """The declared mode with its counts kept as a running count in a half-precision dtype, one token at a time:
     it sticks at 256 in bfloat16, 2048 in float16."""
     found = []
@@ -620,7 +620,7 @@ def _candidates(expected: Exact, observed: float | None, unit: float = 0.0) -> l
         found.append(("the per-sequence mean divided by D twice?",
                       _per_row(expected, expected.counts.astype(np.float64), divisor * divisor)))
     found.extend(epsilon_candidates(expected, tokens, divisor))
-    found.extend(_half_count_candidates(expected, tokens, divisor))
+    found.extend(half_count_candidates(expected, tokens, divisor))
     # the declared mode with the other rows convention first: a slip of the declared mode, likelier than another
     # mode where a small case makes the two coincide
     for candidate in sorted(MODES, key=lambda other: other != mode):
@@ -642,7 +642,7 @@ def _candidates(expected: Exact, observed: float | None, unit: float = 0.0) -> l
                           _per_row(expected, expected.counts.astype(np.float64), 1.0)))
         if candidate == mode:  # the declared mode's last slip, its counts, before other modes
             found.extend(_off_by_one_candidates(expected, tokens, divisor))
-    found.extend(_running_count_candidates(expected, tokens, divisor))  # rarer than another mode: after them
+    found.extend(running_count_candidates(expected, tokens, divisor))  # rarer than another mode: after them
     if mode == SEQ_MEAN_TOKEN_SUM_NORM and divisor:  # read off the value, so the least likely: last
         ratio = 1.0 / (divisor * observed) if observed else math.inf
         implied = _length_near(ratio, unit)

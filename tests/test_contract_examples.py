@@ -229,6 +229,40 @@ def test_a_share_of_the_count_clamped_at_one_is_named_where_the_step_has_fewer_t
     assert "1/G applied twice" in quartered and clamp not in quartered
 
 
+def test_a_step_count_kept_in_half_precision_and_1_over_g_twice_over_are_named():
+    """Causes a new user's micro-batch losses showed unnamed: the step's N held as a bfloat16 tensor (845 rounds to
+    844, a model's compute dtype), counted one token at a time in bfloat16 (it sticks at 256), and TRL's own 1/G
+    inside a loss a declared 1/G backward scale divides again, without the x G (1/G^2 of the exact loss)."""
+    from reference.accumulation import explain_combination
+
+    rng = np.random.default_rng(4)
+    losses = round_to(rng.uniform(1, 2, (5, 169)), "float32")
+    mask = np.ones_like(losses, bool)  # N = 845
+    for backward_scale, combined, said in [
+            ("1", lambda exact: exact * 845 / 844, "N = 845 rounded to bfloat16: the token count kept in bfloat16"),
+            ("1", lambda exact: exact * 845 / 256, "N = 845 counted one token at a time in bfloat16, which sticks"),
+            ("1/G", lambda exact: exact / 4, "missing and the loss divided by G (accumulation_steps) as well")]:
+        contract = get_contract("accumulation", {"mode": "token-mean", "backward_scale": backward_scale})
+        case = Case(contract=contract, dtype="float32", token_losses=losses, token_mask=mask)
+        chunks = [case.with_(token_losses=losses[rows], token_mask=mask[rows]) for rows in (slice(0, 2), slice(2, 5))]
+        exact = float(exact_results(case).loss)
+        assert said in (explain_combination(case, chunks, 1, 2, combined(exact)) or ""), said
+
+
+def test_a_combined_loss_no_cause_matches_is_still_told_by_its_factor():
+    """A combined loss off by 1.37, which no usual mistake gives: the message says the factor, without a cause."""
+    from fuzz.engines.chunks import ChunkSplit, judge_combined
+    from reference.tolerance import CONTRACT
+
+    contract = get_contract("accumulation", {"mode": "token-mean"})
+    losses, mask = np.array([[1.0, 2.0], [3.0, 4.0]]), np.ones((2, 2), bool)
+    case = Case(contract=contract, dtype="float64", token_losses=losses, token_mask=mask)
+    split = ChunkSplit(ranks=1, steps=2, cuts=(0, 1, 2), widths=(2, 2))
+    verdict = judge_combined(case, split, 2.5 * 1.37, "float64", CONTRACT, [1.0, 2.4])
+    assert [f.hint for f in verdict.failures] == [None]
+    assert verdict.failures[0].message.endswith("the combined loss is 1.37x the full-batch loss with R = 1, G = 2")
+
+
 @pytest.mark.parametrize(("mode", "said"), [
     ("token-mean", "the exact sum / (N + 1e-08): an epsilon added to the token count"),
     ("seq-mean-token-mean", "the exact seq-mean-token-mean with D + 1e-08: an epsilon added to the row count"),

@@ -20,8 +20,10 @@ from fuzz.judge.forward import FLOAT32_INSIDE_FLOAT64, compare_values, non_finit
 from fuzz.judge.gradients import ExplainGradient
 from fuzz.judge.outputs import ReadBack
 from fuzz.judge.verdict import NON_FINITE, Verdict, out_of_tolerance
+from reference.accumulation import ratio_text
 from reference.case import Case
 from reference.contract import ChunkedCall
+from reference.exact import exact_results
 from reference.tolerance import Precision
 
 SHAPES: tuple[tuple[int, int], ...] = ((1, 2), (2, 1), (2, 2), (1, 4), (4, 1))  # (ranks R, accumulation steps G)
@@ -150,6 +152,13 @@ def judge_combined(case: Case, split: ChunkSplit, combined: float, dtype: str, p
     if hint:
         judged.failures = [replace(f, message=f"{f.message.removesuffix(f': {FLOAT32_INSIDE_FLOAT64}')}: {hint}",
                                    hint=hint) if f.kind == out_of_tolerance(name) else f for f in judged.failures]
+    elif not judged.ok and (exact := float(exact_results(case).outputs()[name])) and np.isfinite(combined):
+        # no usual mistake matches: the factor it is off by still tells a factor of the step's from anything else
+        ratio = (f"the combined {name} is {ratio_text(combined / exact)}x the full-batch {name} with "
+                 f"R = {split.ranks}, G = {split.steps}")
+        judged.failures = [replace(f, message=f"{f.message}: {ratio}")
+                           if f.kind == out_of_tolerance(name) and FLOAT32_INSIDE_FLOAT64 not in f.message else f
+                           for f in judged.failures]
     culprit = next((k for k, value in enumerate(chunk_values) if not np.isfinite(value)), None)
     if culprit is not None:
         story = non_finite_hint(chunk_case(case, split, culprit))
