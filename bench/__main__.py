@@ -250,8 +250,27 @@ def user_target_error(args: argparse.Namespace) -> str | None:
     try:
         user_row(args.target, args.framework, user.contract, dict(user.parameters))
     except LoadError as error:  # CallShapeError is one: the function cannot take the contract's call
-        return f"argument --target: {error}"
+        return f"argument --target: {error}{_per_chunk_hint(args.target)}"
     return None
+
+
+def _per_chunk_hint(target: str) -> str:
+    """Where the function takes the step's counts (a per-micro-batch loss, checked with --accumulation): bench
+    times a whole batch, and the counts it would need depend on each input's mask, so no constant binds them."""
+    import inspect
+
+    from fuzz.loader import load_target
+    from reference.contracts import get_contract
+
+    try:
+        parameters = inspect.signature(load_target(target).function).parameters
+    except Exception:  # the error above already says why it does not load
+        return ""
+    keywords = [name for name in get_contract("accumulation").keywords if name in parameters]
+    if not keywords:
+        return ""
+    return ("; bench times a whole batch: time it through a function of yours that computes those counts from "
+            "token_mask (the whole batch as one step: R = G = 1) and calls it")
 
 
 def nothing_benchmarked(status: int, skipped_json: Path) -> str:

@@ -106,7 +106,18 @@ def _bind_them(signature: inspect.Signature, contract: Any, rank_call: object, f
     missing = [p.name for p in positional[passed:] if p.default is p.empty and p.name not in contract.keywords]
     missing += [p.name for p in signature.parameters.values()
                 if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in contract.keywords]
+    if missing and contract.chunked is None and set(missing) <= set(_step_keywords()):
+        # the step's counts, which depend on every chunk's mask: no constant binds them
+        return (f"; it takes a step's counts ({', '.join(missing)}): a per-micro-batch loss, checked as one "
+                "(--accumulation on the command line, accumulation=True in check)")
     return f"; {_binding(function, missing)}" if missing and len(positional) >= passed else ""
+
+
+def _step_keywords() -> tuple[str, ...]:
+    """What the micro-batch contract passes each chunk besides its inputs."""
+    from reference.contracts import get_contract  # the registry of contracts, only for this message
+
+    return get_contract("accumulation").keywords
 
 
 def _another_contract(signature: inspect.Signature, contract: Any, rank_call: object) -> str:

@@ -286,6 +286,10 @@ def tunix(token_losses, token_mask):  # tunix's sequence-mean-token-mean: D coun
     counts = token_mask.sum(-1)
     means = np.where(token_mask, token_losses, 0).sum(-1, dtype=np.float64) / np.maximum(counts, 1)
     return np.asarray(means.sum() / max(int((counts > 0).sum()), 1), dtype=np.float32)
+
+
+def per_chunk(token_losses, token_mask, *, num_tokens, num_sequences, dp_size, accumulation_steps):  # a micro-batch's
+    return np.asarray(np.where(token_mask, token_losses, 0).sum() / max(num_tokens, 1) * dp_size, dtype=np.float32)
 """
 
 
@@ -385,15 +389,18 @@ def test_a_user_function_is_declared_as_check_declares_it(tmp_path: Path, functi
     (("--target", "mine.py:token_mean", "--framework", "numpy", "--reduction", "token-mean", "--timeout", "0"),
      "argument --timeout: must be a positive number of seconds, got 0"),
     (("--target", "mine.py:nope", "--framework", "numpy", "--reduction", "token-mean"),
-     "mine.py has no attribute 'nope' (it defines by_width, hangs, multiplied, raises, returns_none, "
-     "returns_shape_1, token_mean, tunix)"),
+     "mine.py has no attribute 'nope' (it defines by_width, hangs, multiplied, per_chunk, raises, "
+     "returns_none, returns_shape_1, token_mean, tunix)"),
     (("--target", "mine.py:token_mean", "--framework", "numpy"), "cannot be called as the magnitude contract calls"),
     (("--target", "mine.py:token_mean", "--framework", "numpy", "--rows", "all"),
      "--rows is a parameter of the loss reduction: it needs --reduction too"),
     (("--target", "mine.py:token_mean", "--framework", "numpy", "--reduction", "token-mean", "--contracts",
       "magnitude"), "argument --contracts: --target is timed beside the built-ins of its own contract, reduction"),
+    (("--target", "mine.py:per_chunk", "--framework", "numpy", "--reduction", "token-mean"),
+     "it takes a step's counts (num_tokens, num_sequences, dp_size, accumulation_steps): a per-micro-batch loss, "
+     "checked as one (--accumulation on the command line, accumulation=True in check); bench times a whole batch"),
 ], ids=["no framework", "rows without target", "timeout without target", "no time", "no such function",
-         "another contract's call", "rows without reduction", "another contract"])
+         "another contract's call", "rows without reduction", "another contract", "a per-micro-batch loss"])
 def test_a_user_function_that_cannot_run_is_refused_before_the_run(tmp_path: Path, args: tuple[str, ...],
                                                                    message: str) -> None:
     (tmp_path / "mine.py").write_text(YOURS)
