@@ -464,6 +464,10 @@ def check(args: argparse.Namespace) -> int:
     for note in (*implied_parameters(name, given, bound, spell=option_spelling),
                  *unread_parameters(bound, args.rows, args.l_max, spell=option_spelling)):
         print(f"note: {note}", file=sys.stderr)
+    if args.sharded and args.accumulation:  # two engines for one function: the per-chunk loss has its own ranks
+        print(f"error: --sharded runs a per-rank function on a mesh; a per-micro-batch loss on data-parallel ranks "
+              f"is --framework {args.sharded} --accumulation --ranks", file=sys.stderr)
+        return USAGE_ERROR
     if args.ranks and (not args.accumulation or args.framework not in RANKS_ENGINES):
         print("error: --ranks runs a per-chunk loss on data-parallel ranks (torch.distributed under DDP, or "
               "jax.shard_map): it needs --accumulation and --framework torch or jax", file=sys.stderr)

@@ -565,6 +565,16 @@ def test_the_in_process_form_on_ranks_exits_2_before_any_rank_starts(tmp_path):
            "accumulation_steps): missing a required argument: 'num_tokens'" in result.stderr
 
 
+def test_a_per_chunk_loss_under_sharded_is_pointed_to_its_own_ranks(tmp_path):
+    """--sharded is another engine (a per-rank function on a mesh): with --accumulation the user meant the
+    per-chunk loss on data-parallel ranks, and is told that command rather than a signature mismatch."""
+    path = write(tmp_path, "in_process.py", "def loss(token_losses, token_mask, *, num_tokens, num_sequences, "
+                                              "dp_size, accumulation_steps):\n    return 0\n")
+    result = run_fuzz("check", f"{path}:loss", "--sharded", "jax", "--reduction", "token-mean", "--accumulation")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "a per-micro-batch loss on data-parallel ranks is --framework jax --accumulation --ranks" in result.stderr
+
+
 def test_a_rank_forms_heading_and_report_name_its_ranks_and_each_ranks_own_count():
     """The heading says how the function ran (micro-batches, or which ranks); a count each rank makes of its own
     micro-batches, never all-reduced, is named as that where G > 1 (with G = 1 a rank is one micro-batch)."""
