@@ -87,6 +87,7 @@ def rank_step(job: dict[str, Any], groups: Any, rank: int) -> dict[str, Any]:
     masks = [torch.tensor(case.mask[split.rows(k), :split.widths[k]]) for k in mine]
     cotangent = job.get("cotangent")
     losses, failures, tb = [], [], None
+    stopped = True  # until the loop ends without a break
     for g, k in enumerate(mine):
         last = g == len(mine) - 1
         with contextlib.nullcontext() if last or cotangent is None else step.no_sync():
@@ -114,9 +115,11 @@ def rank_step(job: dict[str, Any], groups: Any, rank: int) -> dict[str, Any]:
                 tb = tb or backward.traceback
                 if not backward.ok:
                     break
+    else:
+        stopped = False
     # a failure stopped the loop short of the step's end: the other ranks may wait for this one in a collective (the
     # function's own, or DDP's all-reduce in the last backward), and the pool gives them a short grace, not the deadline
-    reply: dict[str, Any] = {"failures": failures, "traceback": tb, "losses": losses, LEFT_EARLY: bool(failures)}
+    reply: dict[str, Any] = {"failures": failures, "traceback": tb, "losses": losses, LEFT_EARLY: stopped}
     if cotangent is not None and not failures:
         grad = step.module.values.grad
         reply["gradient"] = None if grad is None else grad.detach().to(torch.float64).numpy()
