@@ -266,11 +266,12 @@ def _per_chunk_hint(target: str) -> str:
         parameters = inspect.signature(load_target(target).function).parameters
     except Exception:  # the error above already says why it does not load
         return ""
-    keywords = [name for name in get_contract("accumulation").keywords if name in parameters]
-    if not keywords:
+    step = get_contract("accumulation")
+    if not any(name in parameters for name in step.keywords):
         return ""
+    mask = next(spec.name for spec in step.inputs if spec.kind == "bool")
     return ("; bench times a whole batch: time it through a function of yours that computes those counts from "
-            "token_mask (the whole batch as one step: R = G = 1) and calls it")
+            f"{mask} (the whole batch as one step: R = G = 1) and calls it")
 
 
 def nothing_benchmarked(status: int, skipped_json: Path) -> str:
