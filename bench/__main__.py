@@ -250,26 +250,18 @@ def user_target_error(args: argparse.Namespace) -> str | None:
     try:
         user_row(args.target, args.framework, user.contract, dict(user.parameters))
     except LoadError as error:  # CallShapeError is one: the function cannot take the contract's call
-        return f"argument --target: {error}{_per_chunk_hint(args.target)}"
+        return f"argument --target: {error}{_per_micro_batch_timing(error)}"
     return None
 
 
-def _per_chunk_hint(target: str) -> str:
-    """Where the function takes the step's counts (a per-micro-batch loss, checked with --accumulation): bench
-    times a whole batch, and the counts it would need depend on each input's mask, so no constant binds them."""
-    import inspect
-
-    from fuzz.loader import load_target
+def _per_micro_batch_timing(error: Exception) -> str:
+    """How to time a per-micro-batch loss (the loader found it takes the step's counts, which depend on each
+    input's mask): bench times a whole batch."""
+    if not getattr(error, "step_counts", ()):
+        return ""
     from reference.contracts import get_contract
 
-    try:
-        parameters = inspect.signature(load_target(target).function).parameters
-    except Exception:  # the error above already says why it does not load
-        return ""
-    step = get_contract("accumulation")
-    if not any(name in parameters for name in step.keywords):
-        return ""
-    mask = next(spec.name for spec in step.inputs if spec.kind == "bool")
+    mask = next(spec.name for spec in get_contract("accumulation").inputs if spec.kind == "bool")
     return ("; bench times a whole batch: time it through a function of yours that computes those counts from "
             f"{mask} (the whole batch as one step: R = G = 1) and calls it")
 

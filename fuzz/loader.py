@@ -26,7 +26,13 @@ class LoadError(Exception):
 
 
 class CallShapeError(LoadError, TypeError):
-    """The function cannot be called the way its contract calls it (a usage error: the command line exits 2)."""
+    """The function cannot be called the way its contract calls it (a usage error: the command line exits 2).
+    `step_counts`: where all it misses are a micro-batch step's counts (num_tokens, ...), those: it is a
+    per-micro-batch loss, and no constant binds them."""
+
+    def __init__(self, message: str, step_counts: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.step_counts = step_counts
 
 
 def check_call_shape(function: Callable[..., Any], contract: Any, name: str,
@@ -45,9 +51,10 @@ def check_call_shape(function: Callable[..., Any], contract: Any, name: str,
         signature.bind(*contract.input_names, **dict.fromkeys(keywords))
     except TypeError as error:
         form = "its ranks call it" if rank_call else f"the {contract.name} contract calls it"
+        step_counts = _step_counts(signature, contract, rank_call)
         hint = (_another_contract(signature, contract, rank_call) or _a_rank_form(signature, contract, rank_call)
-                or _bind_them(signature, contract, rank_call, function))  # the first that applies
-        raise CallShapeError(f"{name} cannot be called as {form}, {call}: {error}{hint}") from None
+                or _per_micro_batch(step_counts) or _bind_them(signature, contract, rank_call, function))  # the first
+        raise CallShapeError(f"{name} cannot be called as {form}, {call}: {error}{hint}", step_counts) from None
     if rank_call is None:
         _refuse_a_reduction_as_the_default(function, contract, name)
 
@@ -97,27 +104,42 @@ def _binding(function: Callable[..., Any], names: list[str]) -> str:
             "or a lambda (for the command line, in a file of yours)")
 
 
+def _missing(signature: inspect.Signature, contract: Any) -> list[str]:
+    """The parameters without a default that the contract's call does not pass."""
+    positional = _positional(signature.parameters.values())
+    missing = [p.name for p in positional[len(contract.input_names):]
+               if p.default is p.empty and p.name not in contract.keywords]
+    return missing + [p.name for p in signature.parameters.values()
+                      if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in contract.keywords]
+
+
 def _bind_them(signature: inspect.Signature, contract: Any, rank_call: object, function: Callable[..., Any]) -> str:
     """A hint where the function needs arguments the contract's call does not pass (a mode, a scale)."""
     if rank_call is not None:
         return ""
-    passed = len(contract.input_names)
-    positional = _positional(signature.parameters.values())
-    missing = [p.name for p in positional[passed:] if p.default is p.empty and p.name not in contract.keywords]
-    missing += [p.name for p in signature.parameters.values()
-                if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in contract.keywords]
-    if missing and contract.chunked is None and set(missing) <= set(_step_keywords()):
-        # the step's counts, which depend on every chunk's mask: no constant binds them
-        return (f"; it takes a step's counts ({', '.join(missing)}): a per-micro-batch loss, checked as one "
-                "(--accumulation on the command line, accumulation=True in check)")
-    return f"; {_binding(function, missing)}" if missing and len(positional) >= passed else ""
+    missing = _missing(signature, contract)
+    enough = len(_positional(signature.parameters.values())) >= len(contract.input_names)
+    return f"; {_binding(function, missing)}" if missing and enough else ""
 
 
-def _step_keywords() -> tuple[str, ...]:
-    """What the micro-batch contract passes each chunk besides its inputs."""
+def _step_counts(signature: inspect.Signature, contract: Any, rank_call: object) -> tuple[str, ...]:
+    """What a whole batch's call misses, where that is only a micro-batch step's counts (CallShapeError's
+    `step_counts`); () otherwise."""
+    if rank_call is not None or contract.chunked is not None:
+        return ()
     from reference.contracts import get_contract  # the registry of contracts, only for this message
 
-    return get_contract("accumulation").keywords
+    missing = _missing(signature, contract)
+    return tuple(missing) if missing and set(missing) <= set(get_contract("accumulation").keywords) else ()
+
+
+def _per_micro_batch(step_counts: tuple[str, ...]) -> str:
+    """A hint for a per-micro-batch loss called as a whole batch's: the counts depend on every chunk's mask, so no
+    constant binds them; it is checked as what it is."""
+    if not step_counts:
+        return ""
+    return (f"; it takes a step's counts ({', '.join(step_counts)}): a per-micro-batch loss, checked as one "
+            "(--accumulation on the command line, accumulation=True in check)")
 
 
 def _another_contract(signature: inspect.Signature, contract: Any, rank_call: object) -> str:
