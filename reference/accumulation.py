@@ -156,8 +156,7 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
         candidates.append((exact * tokens / clamped, f"= N / (N + {clamped - tokens} empty rows): a per-row "
                                                      "clamp(min=1) in the count?"))
     candidates += _share_clamp(bound, tokens, expected.rows_divisor(), steps, exact)
-    candidates += _epsilons(expected, tokens)
-    candidates += _half_counts(expected, tokens)
+    candidates += _count_slips(expected, tokens)
     # every cause that fits, the likelier first: on an even split of equal rows a chunk's own mean and a
     # factor of R give the same value, and the report cannot tell them apart
     # a candidate's own rounding grows with its size: the tolerance of the exact value, scaled to the candidate's
@@ -167,8 +166,14 @@ def explain_combination(case: Case, chunks: Sequence[Case], ranks: int, steps: i
               + 1e-6 * abs(value) and abs(value - exact) > 2 * tol and abs(combined - value) < abs(combined - exact)]
     if not causes:
         return None
-    ratio = f"{ratio_text(combined / exact)}x" if exact else f"{combined:.6g} (exactly 0 expected)"
-    return f"the combined loss is {ratio} the full-batch loss with R = {ranks}, G = {steps}: " + "; or ".join(causes)
+    return f"{off_by(combined, exact, ranks, steps)}: " + "; or ".join(causes)
+
+
+def off_by(combined: float, exact: float, ranks: int, steps: int, name: str = reduction.LOSS) -> str:
+    """What a combined output is against the full batch's exact one: the factor it is off by (or its value, where
+    exactly 0 is expected), on which split."""
+    ratio = f"{_ratio_text(combined / exact)}x" if exact else f"{combined:.6g} (exactly 0 expected)"
+    return f"the combined {name} is {ratio} the full-batch {name} with R = {ranks}, G = {steps}"
 
 
 def _positions_counted(case: Case, own: Sequence[reduction.Exact], share: float, exact: float, tokens: int
@@ -185,24 +190,20 @@ def _positions_counted(case: Case, own: Sequence[reduction.Exact], share: float,
               if step_positions else [])]
 
 
-def ratio_text(ratio: float) -> str:
+def _ratio_text(ratio: float) -> str:
     """A ratio to four digits, or to as many as tell it from 1 (a slip as small as an epsilon in a count is 1 to
     four digits, and to ten where the count is large: 17 tell any float from 1)."""
     return next(text for digits in (4, 10, 17) if (text := f"{ratio:.{digits}g}") != "1" or digits == 17)
 
 
-def _epsilons(expected: reduction.Exact, tokens: int) -> list[tuple[float, str]]:
-    """Each chunk divided by the step's count given to it plus an epsilon (NeMo-RL's `global_valid_toks + 1e-8`):
-    the reduction's own epsilon slips (N, D or D L_max as the mode has it, each row's n_i), as combined values."""
-    return [(reduction.candidate_value(expected, weights), text)
-            for text, weights in reduction.epsilon_candidates(expected, tokens, expected.rows_divisor())]
-
-
-def _half_counts(expected: reduction.Exact, tokens: int) -> list[tuple[float, str]]:
-    """The step's count given kept in a half-precision dtype (N, or the rows' n_i, as a model's compute dtype
-    holds it): rounded there, or counted by ones until it sticks (256 in bfloat16), as combined values."""
+def _count_slips(expected: reduction.Exact, tokens: int) -> list[tuple[float, str]]:
+    """Each chunk divided by the step's count given to it with one of the reduction's own slips of a count, as
+    combined values: an epsilon added (NeMo-RL's `global_valid_toks + 1e-8`: N, D or D L_max as the mode has it,
+    each row's n_i), or the count kept in a half-precision dtype, as a model's compute dtype holds it (rounded
+    there, or counted by ones until it sticks: 256 in bfloat16)."""
     divisor = expected.rows_divisor()
-    found = (*reduction.half_count_candidates(expected, tokens, divisor),
+    found = (*reduction.epsilon_candidates(expected, tokens, divisor),
+             *reduction.half_count_candidates(expected, tokens, divisor),
              *reduction.running_count_candidates(expected, tokens, divisor))
     return [(reduction.candidate_value(expected, weights), text) for text, weights in found]
 

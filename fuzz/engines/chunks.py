@@ -20,7 +20,7 @@ from fuzz.judge.forward import FLOAT32_INSIDE_FLOAT64, compare_values, non_finit
 from fuzz.judge.gradients import ExplainGradient
 from fuzz.judge.outputs import ReadBack
 from fuzz.judge.verdict import NON_FINITE, Verdict, out_of_tolerance
-from reference.accumulation import ratio_text
+from reference.accumulation import off_by
 from reference.case import Case
 from reference.contract import ChunkedCall
 from reference.exact import exact_results
@@ -154,8 +154,7 @@ def judge_combined(case: Case, split: ChunkSplit, combined: float, dtype: str, p
                                    hint=hint) if f.kind == out_of_tolerance(name) else f for f in judged.failures]
     elif not judged.ok and (exact := float(exact_results(case).outputs()[name])) and np.isfinite(combined):
         # no usual mistake matches: the factor it is off by still tells a factor of the step's from anything else
-        ratio = (f"the combined {name} is {ratio_text(combined / exact)}x the full-batch {name} with "
-                 f"R = {split.ranks}, G = {split.steps}")
+        ratio = off_by(combined, exact, split.ranks, split.steps, name)
         judged.failures = [replace(f, message=f"{f.message}: {ratio}")
                            if f.kind == out_of_tolerance(name) and FLOAT32_INSIDE_FLOAT64 not in f.message else f
                            for f in judged.failures]
