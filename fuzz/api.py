@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from fuzz.engines.registry import RANKS_ENGINES, rank_call
+from fuzz.engines.registry import CHOICES as SHARDED_CHOICES
+from fuzz.engines.registry import RANKS_ENGINES, engine_call, engine_named, rank_call
 from fuzz.loader import CallShapeError, check_call_shape, load_target
 from fuzz.report.binding import display_name, snippet_binding
 from fuzz.report.matrix import render_matrix
@@ -148,7 +149,8 @@ class Report:
 def check(
     fn: Callable[..., Any] | str,
     *,
-    framework: str,
+    framework: str | None = None,
+    sharded: str | None = None,
     gradients: bool | None = None,
     dtypes: Sequence[str] = DTYPE_NAMES,
     devices: Sequence[str] | None = None,
@@ -171,7 +173,9 @@ def check(
     """Fuzz `fn`, a function with the contract's signature, against the exact reference, as
     `lossnorm-fuzz check` does. `fn` is a function, or a "package.module:function" / "path.py:function" string.
     `framework`: one of FRAMEWORK_CHOICES (torch, torch-compile, jax: wrapped in jax.jit, except a per-chunk
-    function, numpy, ...).
+    function, numpy, ...); or, instead, `sharded`: "torch" or "jax", `fn` a per-rank function run on every mesh of
+    torch.distributed ranks or as the body of jax.shard_map (`check --sharded`, docs/sharded.md; `fn` importable by
+    its module and name), of the magnitude diagnostic or, with `reduction`, of the loss reduction.
     `gradients`: the backward is fuzzed too (autograd, jax.vjp) against the exact VJP; by default (None)
     wherever the framework differentiates (torch, torch-compile, jax), False for the forward only.
     `precision`: "contract" (default) or "strict" (docs/tolerance.md). `workers`: None runs in this
@@ -189,7 +193,8 @@ def check(
     on every chunk in this process; with `ranks` too, its rank form on torch.distributed ranks under DDP (framework
     "torch"), or under jax.shard_map over host CPU devices with a lax.scan over each device's micro-batches
     (framework "jax"), computing the counts itself (then `fn` must be importable by its module and name).
-    `max_examples` defaults to 40 per cell, 20 with `accumulation` (five splits per dtype), 10 with `ranks`.
+    `max_examples` defaults to 40 per cell, 20 with `accumulation` (five splits per dtype), 10 with `ranks` or
+    `sharded`.
 
     Raises ValueError for bad arguments, fuzz.loader.LoadError when the function or the framework cannot be
     loaded, and RuntimeError for `workers` or `ranks` in a process that may not start processes (a daemon: a
@@ -197,6 +202,17 @@ def check(
     refuse_while_starting()
     if not (isinstance(fn, str) or callable(fn)):
         raise TypeError(f"fn must be a function or a 'module:function' string, got {type(fn).__name__}")
+    if (framework is None) == (sharded is None):
+        raise TypeError("check takes framework= (one of {}) or, for a per-rank function, sharded= ('torch' or "
+                        "'jax'): one of the two, got {}".format(", ".join(FRAMEWORK_CHOICES),
+                                                              "neither" if framework is None else "both"))
+    if sharded is not None:
+        if sharded not in SHARDED_CHOICES:
+            raise ValueError(f"sharded must be one of {SHARDED_CHOICES}, got {sharded!r}")
+        if accumulation or ranks:  # two engines for one function: the per-chunk loss has its own ranks
+            raise ValueError(f"sharded= runs a per-rank function on a mesh; a per-micro-batch loss on data-parallel "
+                             f"ranks is framework={sharded!r}, accumulation=True, ranks=True")
+        framework = engine_named(sharded).framework
     if framework not in FRAMEWORK_CHOICES:
         raise ValueError(f"framework must be one of {FRAMEWORK_CHOICES}, got {framework!r}")
     dtypes = _names("dtypes", dtypes, DTYPE_NAMES)
@@ -205,7 +221,7 @@ def check(
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, got {precision!r}")
     if max_examples is None:
-        max_examples = 10 if ranks else 20 if accumulation else 40
+        max_examples = 10 if ranks or sharded else 20 if accumulation else 40
     _positive("max_examples", max_examples)
     if gradient_examples is not None:
         _positive("gradient_examples", gradient_examples)
@@ -225,14 +241,16 @@ def check(
         raise ValueError("ranks=True runs a per-chunk loss on data-parallel ranks (torch.distributed under DDP, or "
                          "jax.shard_map): it needs accumulation=True and framework='torch' or 'jax'")
     contract, parameters = declared_contract(reduction, rows, l_max, accumulation, dp_reduce, backward_scale)
-    if (workers or ranks) and multiprocessing.current_process().daemon:
-        raise RuntimeError(f"{'ranks=True' if ranks else 'workers='} starts processes, and this process is a daemon "
+    on_ranks = ranks or sharded is not None  # fn runs on an engine's ranks, which load it by name
+    asking = "ranks=True" if ranks else "sharded=" if sharded else "workers="
+    if (workers or on_ranks) and multiprocessing.current_process().daemon:
+        raise RuntimeError(f"{asking} starts processes, and this process is a daemon "
                            "(a multiprocessing.Pool worker), which Python lets start none: call check from the main "
                            "process or a concurrent.futures.ProcessPoolExecutor worker"
-                           + ("" if ranks else ", or pass workers=None to run it in this process"))
+                           + ("" if on_ranks else ", or pass workers=None to run it in this process"))
     spec = None  # what the other processes import, where there are any
-    if workers or ranks:
-        spec = fn if isinstance(fn, str) else _spec_of(fn, "ranks=True" if ranks else "workers=")
+    if workers or on_ranks:
+        spec = fn if isinstance(fn, str) else _spec_of(fn, asking)
     if isinstance(fn, str):
         target = load_target(fn)
         name, function, import_lines, function_name = fn, target.function, target.import_lines, target.function_name
@@ -246,10 +264,11 @@ def check(
     # a rank form runs on its engine's ranks, which load it by name: nothing to wrap here (jax.jit would want the
     # in-process keywords static)
     try:
-        if ranks:
-            check_call_shape(function, subject_spec.bound_contract, name, rank_call(framework,
-                                                                                    subject_spec.bound_contract))
-        subject = None if ranks else function_subject(name, function, framework, import_lines, function_name,
+        if on_ranks:
+            contract_bound = subject_spec.bound_contract
+            check_call_shape(function, contract_bound, name, engine_call(sharded, contract_bound) if sharded else
+                             rank_call(framework, contract_bound))
+        subject = None if on_ranks else function_subject(name, function, framework, import_lines, function_name,
                                                       subject_spec)
     except CallShapeError as error:
         raise CallShapeError(f"fn: {error}") from None
@@ -261,11 +280,11 @@ def check(
     if reason := no_dtype_held(framework, dtypes, adapter.dtypes if subject is None else subject.supported_dtypes):
         raise ValueError(f"dtypes: {reason}")
     if gradient_examples is None:
-        gradient_examples = default_gradient_examples(max_examples, split=accumulation)
-    if accumulation:
+        gradient_examples = default_gradient_examples(max_examples, split=accumulation or on_ranks)
+    if accumulation or sharded:
         from fuzz.engines.plan import plan_sharded_cells
 
-        engine = RANKS_ENGINES[framework] if ranks else "accumulation"
+        engine = sharded or (RANKS_ENGINES[framework] if ranks else "accumulation")
         named = subject_spec if spec is None else replace(subject_spec, name=spec, binding=binding)
         tasks = plan_sharded_cells(named, engine, list(dtypes), devices, max_examples, seed, gradients,
                                    gradient_examples)
@@ -289,7 +308,7 @@ def check(
             else:
                 from fuzz.engines.cell import run_sharded_cell
 
-                results.append(run_sharded_cell(task, watcher, subject=None if ranks else subject))
+                results.append(run_sharded_cell(task, watcher, subject=None if on_ranks else subject))
             if fail_fast and not results[-1].ok:
                 break
     return Report(tuple(results), tuple(dtypes))

@@ -174,9 +174,10 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:
                       "torch.compile(f, fullgraph=True, dynamic=True) / jax.jit(f) (jax calls a per-chunk function "
                       "of --accumulation as it is, its keywords Python ints; torch-compile compiles it too)")
     runs.add_argument("--sharded", choices=SHARDED_CHOICES, metavar="ENGINE",
-                      help=f"({' or '.join(SHARDED_CHOICES)}) TARGET is a per-rank function (docs/sharded.md): run "
-                      "it on torch.distributed "
-                      "ranks (gloo; NCCL on CUDA) or under jax.shard_map, on every mesh (instead of --framework)")
+                      help=f"({' or '.join(SHARDED_CHOICES)}) TARGET is a per-rank function (docs/sharded.md), of "
+                      "the magnitude diagnostic or, with --reduction, of the loss reduction: run it on "
+                      "torch.distributed ranks (gloo; NCCL on CUDA) or under jax.shard_map, on every mesh "
+                      "(instead of --framework)")
     _common_options(parser, f"Hypothesis examples per cell (default {DEFAULT_EXAMPLES}; with --accumulation "
                     f"{ACCUMULATION_EXAMPLES} per split cell, with --ranks {RANKS_EXAMPLES}, with --sharded "
                     f"{SHARDED_EXAMPLES}: each example runs every split or mesh), drawn besides a few fixed cases "

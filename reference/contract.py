@@ -255,8 +255,14 @@ class Contract:
     # a wrong gradient explained so, from the case, the cotangents and the gradients by input name ("it is the
     # gradient of the exact token-mean, where seq-mean-token-mean is declared?")
     explain_gradient: Callable[[Case, Arrays, Arrays], str | None] | None = None
+    # a wrong value of a per-rank function on a data x sequence mesh explained so, from the case, the row cuts and
+    # token cuts of its split and the values ("a mean of per-rank means?"), the mistakes of `explain` after those
+    explain_split: Callable[[Case, Sequence[int], Sequence[int], Arrays], str | None] | None = None
     # a per-chunk function of a split step (micro-batches, ranks): how it is called and combined; None if not one
     chunked: ChunkedCall | None = None
+    # whether, under the bound parameters, a fully masked row changes the outputs (a reduction whose D counts every
+    # row): a batch padded with such rows is then another batch, judged as the function is given it
+    counts_empty_rows: Callable[[Mapping[str, Any]], bool] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled by name and parameters (to worker and rank processes): the record is rebuilt there from the
@@ -301,6 +307,11 @@ class Contract:
         if self.parameter_label is not None:
             return self.parameter_label(self.bound)
         return ", ".join(f"{name}={value}" for name, value in self.bound.items())
+
+    @property
+    def empty_rows_count(self) -> bool:
+        """Whether fully masked rows change the outputs under the bound parameters (`counts_empty_rows`)."""
+        return self.counts_empty_rows is not None and self.counts_empty_rows(self.bound)
 
     @property
     def label(self) -> str:

@@ -22,10 +22,13 @@ declared parameters and the explanation of a wrong value in the contract's terms
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -367,10 +370,15 @@ def _empty_row_derive(case: Case) -> tuple[Case, ...]:
                        layout="contiguous" if case.layout == "expanded" else case.layout),)
 
 
+def counts_empty_rows(bound: Mapping[str, Any]) -> bool:
+    """Whether D counts every row, fully masked ones too: a mode that divides by D, with rows="all"."""
+    return bound.get("mode") in ROW_MODES and bound.get("rows") == "all"
+
+
 def _empty_row_factor(case: Case) -> float:
     """What a fully masked row appended to the batch does to L: nothing, or B/(B+1) where D counts every row."""
-    bound, batch = case.contract.bound, case.shape[0]
-    if bound["mode"] in ROW_MODES and bound["rows"] == "all" and batch:
+    batch = case.shape[0]
+    if case.contract.empty_rows_count and batch:
         return batch / (batch + 1)
     return 1.0
 
@@ -726,7 +734,7 @@ def candidate_value(expected: Exact, weights: np.ndarray) -> float:
     return _weighted(weights, expected.row_sums)
 
 
-def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
+def explain(case: Case, values: dict[str, np.ndarray], before: Sequence[tuple[str, float]] = ()) -> str | None:
     """A wrong loss named in the contract's terms where it equals one of the usual mistakes' exact values (all
     that it equals, the likeliest first: a small case can make several coincide). "Equals" is within what the
     contract precision allows an implementation of that mistake to round, whatever precision judged the loss: the
@@ -734,7 +742,8 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
     named only for a value the contract precision rejects too (one that only a strict tolerance rejects is a
     matter of rounding, not of formula), only where the mistake's exact value is itself out of tolerance, and never
     for a value nearer the declared mode's exact loss than the mistake's: where the allowance is wide (half
-    precision, long rows), a value a strict tolerance rejects may still be nearly right."""
+    precision, long rows), a value a strict tolerance rejects may still be nearly right. `before`: more mistakes,
+    (what it says, its exact loss), weighed first (an engine's, of how the function was split)."""
     expected = exact_results(case)  # the declared mode's
     got = float(np.asarray(values[LOSS]))
     if not math.isfinite(got):
@@ -748,12 +757,11 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
         return abs(got - value) <= allowance and abs(value - exact_loss) > scale and abs(got - value) < abs(
             got - exact_loss)
 
-    matches = []
     loss_unit = unit_roundoff(accumulation_dtype(case.dtype))  # the loss is float32 for half inputs
-    for text, weights in _candidates(expected, observed, loss_unit):
-        value = candidate_value(expected, weights)
-        if named(value, 2 * scale + 8 * unit_roundoff(case.dtype) * abs(value)):
-            matches.append((text, value))
+    formulas = [*before, *((text, candidate_value(expected, weights))
+                           for text, weights in _candidates(expected, observed, loss_unit))]
+    matches = [(text, value) for text, value in formulas
+               if named(value, 2 * scale + 8 * unit_roundoff(case.dtype) * abs(value))]
     # a rounding's slip after the formulas', held closer: its sums are exact as simulated, and only the few steps
     # after them round, in the loss's dtype (the input's, where the loss is one of its values, else float32)
     output = case.dtype if float(round_to(np.array(got), case.dtype)) == got else accumulation_dtype(case.dtype)
@@ -767,6 +775,48 @@ def explain(case: Case, values: dict[str, np.ndarray]) -> str | None:
     if not matches:
         return None
     return f"it equals {matches[0][1]:.6g}, " + ALTERNATIVES.join(text for text, _ in matches[:3])
+
+
+def explain_split(case: Case, row_cuts: Sequence[int], token_cuts: Sequence[int],
+                  values: dict[str, np.ndarray]) -> str | None:
+    """A wrong loss of a per-rank function on a data x sequence mesh (rank (d, q) holding rows [row_cuts[d],
+    row_cuts[d + 1]) and tokens [token_cuts[q], token_cuts[q + 1])) named as `explain` names one, with the
+    mistakes of combining the ranks weighed first: each rank's own loss averaged or summed over the ranks, the
+    ranks of one mesh axis combined so, and a row's mean taken over each rank's slice of its tokens."""
+    bound = case.contract.bound
+    mode, rows, l_max = bound["mode"], bound["rows"], bound["l_max"]
+    data, sequence = len(row_cuts) - 1, len(token_cuts) - 1
+    row_blocks = [slice(start, stop) for start, stop in itertools.pairwise(row_cuts)]
+    token_blocks = [slice(start, stop) for start, stop in itertools.pairwise(token_cuts)]
+
+    def loss_of(rows_at: slice, tokens_at: slice) -> float:
+        return float(reference(case.token_losses[rows_at, tokens_at], case.token_mask[rows_at, tokens_at], mode,
+                               rows, l_max).loss)
+
+    everything = slice(None)
+    before: list[tuple[str, float]] = []
+    if data * sequence > 1:
+        own = [loss_of(r, t) for r in row_blocks for t in token_blocks]
+        before += [(f"each rank's own {mode} of its block, averaged over the {data * sequence} ranks: a mean of "
+                    "per-rank means (a local loss all-reduced with AVG, or SUM over the world size)?",
+                    math.fsum(own) / len(own)),
+                   (f"each rank's own {mode} of its block, summed over the {data * sequence} ranks (a local loss "
+                    "all-reduced with SUM)?", math.fsum(own))]
+    if data > 1 and sequence > 1:
+        before += [("each data rank's own loss of its rows, averaged over the data ranks: its counts not "
+                    "all-reduced over the data group?", math.fsum(loss_of(r, everything) for r in row_blocks) / data),
+                   ("each sequence rank's own loss of its slice of the tokens, averaged over the sequence ranks: its "
+                    "counts not all-reduced over the sequence group?",
+                    math.fsum(loss_of(everything, t) for t in token_blocks) / sequence)]
+    if sequence > 1 and mode == SEQ_MEAN_TOKEN_MEAN:
+        expected = exact_results(case)
+        sliced = [reference(case.token_losses[:, t], case.token_mask[:, t], mode, rows, l_max) for t in token_blocks]
+        slice_means = math.fsum(part.row_means for part in sliced) / max(expected.rows_divisor(), 1)
+        before += [("each row's mean taken over the rank's own slice of its tokens (n_i counted on the slice), the "
+                    "slices' means summed over the sequence ranks?", slice_means),
+                   ("each row's mean taken over the rank's own slice of its tokens (n_i counted on the slice), the "
+                    "slices' means averaged over the sequence ranks?", slice_means / sequence)]
+    return explain(case, values, before)
 
 
 def explain_gradient(case: Case, cotangents: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> str | None:
@@ -924,4 +974,6 @@ CONTRACT = Contract(
     parameter_label=_label,
     explain=explain,
     explain_gradient=explain_gradient,
+    explain_split=explain_split,
+    counts_empty_rows=counts_empty_rows,
 )

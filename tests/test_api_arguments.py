@@ -39,6 +39,13 @@ GOOD = "impls.numpy_impl:sequence_vs_token_normalization"
      "'1024'"),
     ({"framework": "array-api", "dtypes": ["float16"]}, ValueError,
      "dtypes: array-api has none of the dtypes asked for (float16): it holds float32, float64"),
+    ({"framework": None}, TypeError, "check takes framework= (one of array-api, jax, numpy, torch, torch-compile) or, "
+     "for a per-rank function, sharded= ('torch' or 'jax'): one of the two, got neither"),
+    ({"sharded": "torch"}, TypeError, "one of the two, got both"),
+    ({"framework": None, "sharded": "mpi"}, ValueError, "sharded must be one of ('torch', 'jax'), got 'mpi'"),
+    ({"framework": None, "sharded": "jax", "reduction": "token-mean", "accumulation": True}, ValueError,
+     "sharded= runs a per-rank function on a mesh; a per-micro-batch loss on data-parallel ranks is "
+     "framework='jax', accumulation=True, ranks=True"),
 ])
 def test_a_bad_argument_is_named(arguments, error, message):
     with pytest.raises(error, match=re.escape(message)):

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fuzz import check
 from fuzz.cli import check_parser, run_check
 from fuzz.engines.cell import run_sharded_cell
 from fuzz.engines.plan import DEFAULT_EXAMPLES, plan_sharded_cells
@@ -324,3 +325,94 @@ def test_the_jax_mesh_gets_its_inputs_from_the_host_without_compiling_a_slice(dt
     for value, spec in zip(values, case.contract.inputs):
         assert np.array_equal(value, case.values[spec.name].astype(np.float64))
     assert {shard.device for shard in inputs[0].addressable_shards} == set(jax.devices("cpu")[:2])
+
+
+TORCH_TOKEN_MEAN = '''
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dist_nn
+
+warnings.filterwarnings("ignore", message=".*torch.distributed.nn.*")  # deprecated in torch 2.13, still shipped
+
+
+def _summed(value, group):
+    return dist_nn.all_reduce(value, group=group)  # differentiable: the backward all-reduces the gradient
+
+
+def loss_normalization(token_losses, token_mask, *, data_group, sequence_group):
+    acc = torch.promote_types(token_losses.dtype, torch.float32)
+    total = torch.where(token_mask, token_losses.to(acc), 0.0).sum()
+    count = token_mask.sum().to(torch.float64)
+    {body}
+'''
+# the global sum over the global count; the same count folded into one scalar per rank; each rank's own mean,
+# averaged over the ranks
+TORCH_RIGHT = '''for group in (data_group, sequence_group):
+        total, count = _summed(total, group), _summed(count, group)
+    return torch.where(count > 0, total / count.clamp(min=1).to(acc), total * 0)'''
+TORCH_MEAN_OF_MEANS = '''local = torch.where(count > 0, total / count.clamp(min=1).to(acc), total * 0)
+    for group in (data_group, sequence_group):
+        local = _summed(local, group) / dist.get_world_size(group)
+    return local'''
+
+JAX_SEQUENCE_MEAN = '''
+import jax
+import jax.numpy as jnp
+
+
+def loss_normalization(token_losses, token_mask):
+    """seq-mean-token-mean over data x sequence shards: row sums and counts psum'd over the sequence axis, the rows'
+    means psum'd over the data axis, divided by {divisor}."""
+    acc = jnp.promote_types(token_losses.dtype, jnp.float32)
+    sums = jax.lax.psum(jnp.where(token_mask, token_losses.astype(acc), 0).sum(axis=1), "sequence")
+    counts = jax.lax.psum(token_mask.sum(axis=1), "sequence")
+    means = jnp.where(counts > 0, sums / jnp.maximum(counts, 1).astype(acc), 0)
+    rows = jax.lax.psum({rows}, "data")
+    return jax.lax.psum(means.sum(), "data") / jnp.maximum(rows, 1).astype(acc)
+'''
+
+
+def test_a_per_rank_reduction_is_checked_on_torch_meshes_and_a_mean_of_rank_means_is_named(tmp_path):
+    """`check --sharded torch --reduction MODE`: a per-rank loss reduction (the reduction contract's inputs split
+    over data x sequence ranks, the loss replicated) conforms when it all-reduces the sums and counts, and is
+    rejected, named as what it is, when it averages each rank's own mean."""
+    right, wrong = tmp_path / "right.py", tmp_path / "mean_of_means.py"
+    right.write_text(TORCH_TOKEN_MEAN.format(body=TORCH_RIGHT))
+    wrong.write_text(TORCH_TOKEN_MEAN.format(body=TORCH_MEAN_OF_MEANS))
+    cells = _check(right, "torch", "--reduction", "token-mean", "--dtypes", "float32,float64")
+    assert cells and all(cell.ok for cell in cells), [cell.failures for cell in cells if not cell.ok]
+    cells = _check(wrong, "torch", "--reduction", "token-mean", "--dtypes", "float32", "--no-gradients")
+    failures = [failure for cell in cells for failure in cell.failures]
+    assert failures and any("a mean of per-rank means" in failure for failure in failures), failures
+    # the Python API's form of the same check (`sharded=` for `--sharded`), as a pytest file of the user's calls it
+    report = check(f"{wrong}:{FUNCTION}", sharded="torch", reduction="token-mean", dtypes=["float32"],
+                   gradients=False, fail_fast=True)
+    assert not report.ok and "a mean of per-rank means" in report.failures[0].message, report.failures
+
+
+def test_a_per_shard_reduction_counting_every_row_is_judged_on_the_batch_shard_map_is_given(tmp_path):
+    """shard_map needs equal shards, and the engine pads uneven ones with fully masked rows. Where D counts every
+    row (rows="all"), a per-shard body cannot tell those from the batch's own empty rows: the padded batch it is
+    given is the batch it is judged on, so correct code conforms; one that counts the padding where only the rows
+    with tokens count (rows="nonempty") is named so."""
+    pytest.importorskip("jax")
+    every_row = tmp_path / "every_row.py"
+    every_row.write_text(JAX_SEQUENCE_MEAN.format(divisor="the global row count", rows="token_mask.shape[0]"))
+    cells = _check(every_row, "jax", "--reduction", "seq-mean-token-mean", "--rows", "all", "--dtypes",
+                   "float32,float64")
+    assert cells and all(cell.ok for cell in cells), [cell.failures for cell in cells if not cell.ok]
+    cells = _check(every_row, "jax", "--reduction", "seq-mean-token-mean", "--rows", "nonempty", "--dtypes",
+                   "float64", "--no-gradients", "--fail-fast")
+    failures = [failure for cell in cells for failure in cell.failures]
+    assert failures and any("on the batch shard_map is given, padded to" in failure and "rows=all" in failure
+                            for failure in failures), failures
+    # D of each shard's own rows, the shards' losses summed: named on the shards of the padded batch judged
+    shard_rows = tmp_path / "shard_rows.py"
+    shard_rows.write_text(JAX_SEQUENCE_MEAN.format(divisor="the shard's own rows", rows="token_mask.shape[0]").replace(
+        'jax.lax.psum(token_mask.shape[0], "data")', "token_mask.shape[0]"))
+    cells = _check(shard_rows, "jax", "--reduction", "seq-mean-token-mean", "--rows", "all", "--dtypes", "float64",
+                   "--no-gradients", "--fail-fast")
+    failures = [failure for cell in cells for failure in cell.failures]
+    assert failures and any("ranks (a local loss all-reduced with SUM)" in failure for failure in failures), failures

@@ -28,7 +28,7 @@ import numpy as np
 
 from fuzz.engines.freshness import IMPORTED, ImportedFiles
 from fuzz.engines.registry import Engine
-from fuzz.engines.split import Split
+from fuzz.engines.split import Split, pad_for_shard_map
 from fuzz.engines.torch_ranks import START_TIMEOUT_S, RankFailure, rank_timeout
 from fuzz.judge.verdict import Verdict
 from fuzz.run.processes import DidNotStart, died_at_start, slow_to_start, suite_process_name
@@ -256,10 +256,23 @@ class JaxWorkerEngine(Engine):
         """The global function the worker jits: in the worker process, with JAX imported."""
         raise NotImplementedError
 
+    def fit(self, subject: Any, case: Case, split: Split) -> tuple[Case, Split]:
+        """The case as drawn, which the padding changes nothing in; where fully masked rows count in the outputs
+        (a reduction's D of every row), the padded batch itself, on even shards: a per-shard function cannot tell
+        a padded row from an empty one, so the batch it is judged on is the one it is given."""
+        if not case.contract.empty_rows_count:
+            return case, split
+        padded = pad_for_shard_map(case, split)
+        rows, tokens = padded.case.shape
+        even = Split(split.data, split.sequence, tuple(range(0, rows + 1, rows // split.data)),
+                     tuple(range(0, tokens + 1, tokens // split.sequence)))
+        story = (("padded for shard_map", f"{rows} x {tokens}, fully masked rows counted in D"),)
+        return padded.case.with_(story=padded.case.story + story), even
+
     def run(self, subject: Any, case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,
             exact: Any) -> Verdict:
         from fuzz.engines.judge import compare_gradients, cut_padded_gradients, judge_padded_forward, rank_failures
-        from fuzz.engines.split import pad_cotangents, pad_for_shard_map
+        from fuzz.engines.split import pad_cotangents
 
         padded = pad_for_shard_map(case, split)
         job: dict[str, Any] = {"subject": subject.key, "engine": self.name, "mesh": split.mesh, "case": padded.case}
@@ -267,7 +280,7 @@ class JaxWorkerEngine(Engine):
             job["cotangents"] = pad_cotangents(padded, cotangents)  # padded rows: 0 (their gradients are 0 anyway)
         reply = jax_worker().run(job)
         if cotangents is None:
-            return judge_padded_forward(case, padded, reply, subject.precision)
+            return judge_padded_forward(case, padded, split, reply, subject.precision)
         verdict = rank_failures([reply], lambda rank: "the mesh")
         if "gradients" in reply:
             gradients, cut = cut_padded_gradients(case, padded, reply["gradients"])

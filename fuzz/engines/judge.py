@@ -102,7 +102,9 @@ def gather_forward(case: Case, split: Split, replies: list[dict[str, Any]], desc
         parts = [outputs[rank][spec.name] for rank in holders]
         gathered[spec.name] = np.concatenate(parts) if spec.dims else parts[0]
         dtypes[spec.name] = replies[holders[0]]["dtypes"][spec.name]
-    verdict.merge(compare_values(ReadBack(gathered, dtypes), case, precision))
+    explain_split = contract.explain_split
+    verdict.merge(compare_values(ReadBack(gathered, dtypes), case, precision, explain_split and (
+        lambda case, values: explain_split(case, split.row_cuts, split.token_cuts, values))))
     return verdict
 
 
@@ -116,7 +118,8 @@ def _padding_not_zero(name: str, values: np.ndarray, real: np.ndarray) -> list[F
                                       "masked rows), expected exactly 0")]
 
 
-def judge_padded_forward(case: Case, padded: Padded, reply: dict[str, Any], precision: Precision) -> Verdict:
+def judge_padded_forward(case: Case, padded: Padded, split: Split, reply: dict[str, Any], precision: Precision
+                         ) -> Verdict:
     """shard_map forward: padded rows exactly 0, the real rows cut out and judged against the exact results of
     the unpadded case (padding must not widen the tolerance)."""
     verdict = rank_failures([reply], lambda rank: "the mesh")
@@ -130,8 +133,37 @@ def judge_padded_forward(case: Case, padded: Padded, reply: dict[str, Any], prec
             real[spec.name] = outputs[spec.name][padded.index(spec.dims)]
         else:
             real[spec.name] = outputs[spec.name]
-    verdict.merge(compare_values(ReadBack(real, reply["dtypes"]), case, precision))
+    verdict.merge(compare_values(ReadBack(real, reply["dtypes"]), case, precision,
+                                 _explained_as_given(padded, split)))
     return verdict
+
+
+def _explained_as_given(padded: Padded, split: Split) -> Callable[[Case, dict[str, np.ndarray]], str | None] | None:
+    """A wrong value explained on the padded batch the function was given, on its equal shards (the mistakes of
+    combining them first, where the contract has them), where padding changed its shape: a mistake of the function
+    is one on what it sees (a padded row counted as a row, the padded width taken for a length); else, or where
+    nothing matches there, on the case as drawn."""
+    contract = padded.case.contract
+    if contract.explain is None:
+        return None
+    rows, tokens = padded.case.shape
+    row_cuts = tuple(range(0, rows + 1, rows // split.data))
+    token_cuts = tuple(range(0, tokens + 1, tokens // split.sequence))
+
+    def on_equal_shards(case: Case, values: dict[str, np.ndarray]) -> str | None:
+        if contract.explain_split is None:
+            return contract.explain(case, values)
+        return contract.explain_split(case, row_cuts, token_cuts, values)
+
+    def on_what_it_was_given(case: Case, values: dict[str, np.ndarray]) -> str | None:
+        if padded.case.shape == case.shape:  # nothing padded, or the padded batch is the case judged
+            return on_equal_shards(case, values)
+        if named := on_equal_shards(padded.case, values):
+            return (f"on the batch shard_map is given, padded to {rows} x {tokens} with fully masked rows and "
+                    f"masked tokens, {named}")
+        return contract.explain(case, values)
+
+    return on_what_it_was_given
 
 
 def cut_padded_gradients(case: Case, padded: Padded, gradients: dict[str, np.ndarray]) -> tuple[

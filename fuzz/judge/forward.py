@@ -109,12 +109,15 @@ def float32_hint(dtype: str, got: np.ndarray, want: np.ndarray, float32_bound: C
     return FLOAT32_INSIDE_FLOAT64
 
 
-def compare_values(got: ReadBack, case: Case, precision: Precision) -> Verdict:
+def compare_values(got: ReadBack, case: Case, precision: Precision,
+                   explain: Callable[[Case, dict[str, np.ndarray]], str | None] | None = None) -> Verdict:
     """Values within the tolerance model, and finite wherever the exact results are (a non-finite value where
     an exact intermediate exceeds the dtype's range is named as that overflow, another by what in the case makes
-    the usual mistakes non-finite). A value out of tolerance gets the contract's explanation where one matches,
-    else, in float64, the float32 rounding it is within."""
+    the usual mistakes non-finite). A value out of tolerance gets the contract's explanation (or `explain`'s, an
+    engine's that knows what the function was given) where one matches, else, in float64, the float32 rounding
+    it is within."""
     contract, expected, verdict = case.contract, exact_results(case), Verdict()
+    explain = explain or contract.explain
     tol = exact_tolerance(case, precision)
     scales = contract.ulp_scales(expected)  # the magnitudes the sums work at (see ulp_error)
     hinted: dict[str, str] = {}  # a hint said, and the output it was said for
@@ -135,7 +138,7 @@ def compare_values(got: ReadBack, case: Case, precision: Precision) -> Verdict:
             where = int(np.argmax(ratios)) if ratios.ndim else None
             at = "" if where is None else f"[{where}]"
             got_at, want_at = (value[where], want[where]) if where is not None else (value, want)
-            named = contract.explain(case, got.values) if contract.explain is not None else None
+            named = explain(case, got.values) if explain is not None else None
             hint = named or float32_hint(case.dtype, value, want, lambda key=key: contract.tolerance(
                 expected, "float32", precision)[key])
             verdict.fail(
