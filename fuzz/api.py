@@ -197,7 +197,7 @@ def check(
     `sharded`.
 
     Raises ValueError for bad arguments, fuzz.loader.LoadError when the function or the framework cannot be
-    loaded, and RuntimeError for `workers` or `ranks` in a process that may not start processes (a daemon: a
+    loaded, and RuntimeError for `workers`, `ranks` or `sharded` in a process that may not start processes (a daemon: a
     multiprocessing.Pool worker)."""
     refuse_while_starting()
     if not (isinstance(fn, str) or callable(fn)):
@@ -269,7 +269,7 @@ def check(
             check_call_shape(function, contract_bound, name, engine_call(sharded, contract_bound) if sharded else
                              rank_call(framework, contract_bound))
         subject = None if on_ranks else function_subject(name, function, framework, import_lines, function_name,
-                                                      subject_spec)
+                                                         subject_spec)
     except CallShapeError as error:
         raise CallShapeError(f"fn: {error}") from None
     adapter = available_adapter(check_modes()[framework][0]) if subject is None else subject.adapter
