@@ -142,16 +142,18 @@ def _per_micro_batch(step_counts: tuple[str, ...]) -> str:
             "(--accumulation on the command line, accumulation=True in check)")
 
 
-def _another_contract(signature: inspect.Signature, contract: Any, rank_call: object) -> str:
-    """A hint where the function takes the loss reduction's inputs but was checked against the default magnitude
-    contract (no mode declared): the reduction is declared with its mode."""
+def _another_contract(signature: inspect.Signature, contract: Any,
+                      rank_call: tuple[tuple[str, ...], str] | None) -> str:
+    """A hint where the function takes the loss reduction's inputs (and a mesh's keywords, as its ranks call it) but
+    was checked against the default magnitude contract (no mode declared): the reduction is declared with its
+    mode."""
     from reference.contracts import CONTRACT_NAMES, get_contract  # the registry of contracts, only for this message
 
-    if rank_call or contract.name != CONTRACT_NAMES[0]:
+    if contract.name != CONTRACT_NAMES[0]:
         return ""
     inputs = get_contract("reduction").input_names
     try:
-        signature.bind(*inputs)
+        signature.bind(*inputs, **dict.fromkeys(rank_call[0] if rank_call else ()))
     except TypeError:
         return ""
     return f"; a function of ({', '.join(inputs)}) -> loss is a loss reduction: {DECLARE_MODE}"

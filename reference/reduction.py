@@ -808,6 +808,13 @@ def explain_split(case: Case, row_cuts: Sequence[int], token_cuts: Sequence[int]
                    ("each sequence rank's own loss of its slice of the tokens, averaged over the sequence ranks: its "
                     "counts not all-reduced over the sequence group?",
                     math.fsum(loss_of(everything, t) for t in token_blocks) / sequence)]
+    if sequence > 1 and mode == SEQ_MEAN_TOKEN_SUM_NORM:
+        divisor = max(exact_results(case).rows_divisor(), 1)
+        widths = [t.stop - t.start for t in token_blocks]
+        sliced = [reference(case.token_losses[:, t], case.token_mask[:, t], mode, rows, 1.0).total
+                  for t in token_blocks]
+        before.append((f"L_max taken from each rank's own slice of the tokens (widths {', '.join(map(str, widths))})?",
+                       math.fsum(total / (divisor * width) for total, width in zip(sliced, widths) if width)))
     if sequence > 1 and mode == SEQ_MEAN_TOKEN_MEAN:
         expected = exact_results(case)
         sliced = [reference(case.token_losses[:, t], case.token_mask[:, t], mode, rows, l_max) for t in token_blocks]
@@ -816,6 +823,16 @@ def explain_split(case: Case, row_cuts: Sequence[int], token_cuts: Sequence[int]
                     "slices' means summed over the sequence ranks?", slice_means),
                    ("each row's mean taken over the rank's own slice of its tokens (n_i counted on the slice), the "
                     "slices' means averaged over the sequence ranks?", slice_means / sequence)]
+    # a whole factor of a group's size: what is left of a collective of the wrong kind where the split is even
+    exact_loss = float(exact_results(case).loss)
+    for size, group in dict((size, group) for size, group in ((data, "the data group's size"),
+                                                               (sequence, "the sequence group's size"),
+                                                               (data * sequence, "the number of ranks")) if size > 1
+                            ).items():
+        before += [(f"{size} times the exact loss ({size}: {group}): a count all-reduced with AVG where SUM is needed, "
+                    "or a value summed over ranks that each held it whole?", exact_loss * size),
+                   (f"1/{size} of the exact loss ({size}: {group}): a sum all-reduced with AVG where SUM is needed, or "
+                    "divided by the world size once more?", exact_loss / size)]
     return explain(case, values, before)
 
 

@@ -352,6 +352,12 @@ def loss_normalization(token_losses, token_mask, *, data_group, sequence_group):
 TORCH_RIGHT = '''for group in (data_group, sequence_group):
         total, count = _summed(total, group), _summed(count, group)
     return torch.where(count > 0, total / count.clamp(min=1).to(acc), total * 0)'''
+TORCH_PLAIN_ALL_REDUCE = '''both = torch.stack([total, count.to(acc)])
+    dist.all_reduce(both)  # invisible to autograd: each rank's gradient is its own share
+    return torch.where(both[1] > 0, both[0] / both[1].clamp(min=1), both[0] * 0)'''
+TORCH_COUNT_AVERAGED = '''total = dist_nn.all_reduce(total)
+    count = dist_nn.all_reduce(count) / dist.get_world_size()
+    return torch.where(count > 0, total / count.clamp(min=1).to(acc), total * 0)'''
 TORCH_MEAN_OF_MEANS = '''local = torch.where(count > 0, total / count.clamp(min=1).to(acc), total * 0)
     for group in (data_group, sequence_group):
         local = _summed(local, group) / dist.get_world_size(group)
@@ -383,9 +389,19 @@ def test_a_per_rank_reduction_is_checked_on_torch_meshes_and_a_mean_of_rank_mean
     wrong.write_text(TORCH_TOKEN_MEAN.format(body=TORCH_MEAN_OF_MEANS))
     cells = _check(right, "torch", "--reduction", "token-mean", "--dtypes", "float32,float64")
     assert cells and all(cell.ok for cell in cells), [cell.failures for cell in cells if not cell.ok]
+    with pytest.raises(TypeError, match="is a loss reduction: declare its mode"):  # --reduction forgotten
+        check(f"{right}:{FUNCTION}", sharded="torch")
     cells = _check(wrong, "torch", "--reduction", "token-mean", "--dtypes", "float32", "--no-gradients")
     failures = [failure for cell in cells for failure in cell.failures]
     assert failures and any("a mean of per-rank means" in failure for failure in failures), failures
+    # a collective autograd does not see, and a count averaged where it must be summed: named as what they are
+    for name, body, phrase in (("plain", TORCH_PLAIN_ALL_REDUCE, "the all-reduce carries no gradient back"),
+                               ("averaged", TORCH_COUNT_AVERAGED, "a count all-reduced with AVG where SUM is needed")):
+        other = tmp_path / f"{name}.py"
+        other.write_text(TORCH_TOKEN_MEAN.format(body=body))
+        cells = _check(other, "torch", "--reduction", "token-mean", "--dtypes", "float32", "--fail-fast")
+        failures = [failure for cell in cells for failure in cell.failures]
+        assert failures and any(phrase in failure for failure in failures), failures
     # the Python API's form of the same check (`sharded=` for `--sharded`), as a pytest file of the user's calls it
     report = check(f"{wrong}:{FUNCTION}", sharded="torch", reduction="token-mean", dtypes=["float32"],
                    gradients=False, fail_fast=True)
@@ -416,3 +432,34 @@ def test_a_per_shard_reduction_counting_every_row_is_judged_on_the_batch_shard_m
                    "--no-gradients", "--fail-fast")
     failures = [failure for cell in cells for failure in cell.failures]
     assert failures and any("ranks (a local loss all-reduced with SUM)" in failure for failure in failures), failures
+
+
+JAX_MASK_MULTIPLIED = '''
+import jax
+import jax.numpy as jnp
+
+
+def loss_normalization(token_losses, token_mask):
+    """token-mean with the mask multiplied in (in bfloat16 XLA on CPU keeps the product: 0 * NaN is NaN)."""
+    acc = jnp.promote_types(token_losses.dtype, jnp.float32)
+    total, count = jax.lax.psum(((token_losses * token_mask).astype(acc).sum(), token_mask.sum(dtype=acc)),
+                                ("data", "sequence"))
+    return total / jnp.maximum(count, 1)
+'''
+
+
+def test_shard_maps_padding_is_finite_where_the_code_declares_its_padding_finite(tmp_path):
+    """The masked tokens that pad uneven shards hold what the declared domain allows: NaN by default, which code
+    that multiplies by the mask turns into a NaN loss (named as that, on the padded batch it was given), and 0
+    under --masked-values finite, where the same code conforms."""
+    pytest.importorskip("jax")
+    multiplied = tmp_path / "multiplied.py"
+    multiplied.write_text(JAX_MASK_MULTIPLIED)
+    cells = _check(multiplied, "jax", "--reduction", "token-mean", "--dtypes", "bfloat16", "--masked-values",
+                   "finite")
+    assert cells and all(cell.ok for cell in cells), [cell.failures for cell in cells if not cell.ok]
+    cells = _check(multiplied, "jax", "--reduction", "token-mean", "--dtypes", "bfloat16", "--no-gradients",
+                   "--fail-fast")
+    failures = [failure for cell in cells for failure in cell.failures]
+    assert any("not finite" in failure and "masked-out token_losses hold nan: multiplied by the mask" in failure
+               for failure in failures), failures

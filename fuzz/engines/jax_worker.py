@@ -28,7 +28,7 @@ import numpy as np
 
 from fuzz.engines.freshness import IMPORTED, ImportedFiles
 from fuzz.engines.registry import Engine
-from fuzz.engines.split import Split, pad_for_shard_map
+from fuzz.engines.split import Split, pad_for_shard_map, padding_fill
 from fuzz.engines.torch_ranks import START_TIMEOUT_S, RankFailure, rank_timeout
 from fuzz.judge.verdict import Verdict
 from fuzz.run.processes import DidNotStart, died_at_start, slow_to_start, suite_process_name
@@ -262,7 +262,7 @@ class JaxWorkerEngine(Engine):
         a padded row from an empty one, so the batch it is judged on is the one it is given."""
         if not case.contract.empty_rows_count:
             return case, split
-        padded = pad_for_shard_map(case, split)
+        padded = pad_for_shard_map(case, split, padding_fill(subject.masked_values))
         rows, tokens = padded.case.shape
         even = Split(split.data, split.sequence, tuple(range(0, rows + 1, rows // split.data)),
                      tuple(range(0, tokens + 1, tokens // split.sequence)))
@@ -274,7 +274,7 @@ class JaxWorkerEngine(Engine):
         from fuzz.engines.judge import compare_gradients, cut_padded_gradients, judge_padded_forward, rank_failures
         from fuzz.engines.split import pad_cotangents
 
-        padded = pad_for_shard_map(case, split)
+        padded = pad_for_shard_map(case, split, padding_fill(subject.masked_values))
         job: dict[str, Any] = {"subject": subject.key, "engine": self.name, "mesh": split.mesh, "case": padded.case}
         if cotangents is not None:
             job["cotangents"] = pad_cotangents(padded, cotangents)  # padded rows: 0 (their gradients are 0 anyway)

@@ -134,7 +134,7 @@ def judge_padded_forward(case: Case, padded: Padded, split: Split, reply: dict[s
         else:
             real[spec.name] = outputs[spec.name]
     verdict.merge(compare_values(ReadBack(real, reply["dtypes"]), case, precision,
-                                 _explained_as_given(padded, split)))
+                                 _explained_as_given(padded, split), given=padded.case))
     return verdict
 
 
@@ -207,10 +207,35 @@ def gather_gradients(case: Case, split: Split, replies: list[dict[str, Any]], de
 
 
 def compare_gradients(case: Case, gradients: dict[str, np.ndarray], exact: Any, cotangents: dict[str, np.ndarray],
-                      precision: Precision) -> Verdict:
+                      precision: Precision, split: Split | None = None) -> Verdict:
     """Gathered gradients against the exact VJP, judged as single-process ones are (fuzz/judge/gradients.py).
-    `cotangents` are the ones the exact VJP was taken with (summed over replicas under torch)."""
-    return judge_gradients(case, gradients, exact, cotangents, precision)
+    `cotangents` are the ones the exact VJP was taken with (summed over replicas under torch). With the `split`
+    of torch.distributed ranks, a gradient that is the exact one over a group's size is named first."""
+    return judge_gradients(case, gradients, exact, cotangents, precision,
+                           before=None if split is None else _a_rank_share(split))
+
+
+# collectives autograd does not see: a gradient that flows back through none of them is each rank's own share
+NO_GRADIENT_BACK = ("the all-reduce carries no gradient back (a plain torch.distributed.all_reduce, or local + (total "
+                    "- local).detach(), where a differentiable one is needed: torch.distributed.nn.functional's, or "
+                    "_functional_collectives'): each rank backpropagates its own share only?")
+
+
+def _a_rank_share(split: Split) -> Callable[[np.ndarray, np.ndarray, np.ndarray], str | None]:
+    """A gradient that is, wherever the exact one is not 0, the exact one over the size of every rank, the
+    sequence group or the data group: the replicas' cotangents never summed back."""
+    groups = ((split.world, "the number of ranks"), (split.sequence, "the sequence group's size"),
+              (split.data, "the data group's size"))
+
+    def explain(got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> str | None:
+        if not np.any(want != 0):
+            return None
+        for size, over in dict((size, over) for size, over in reversed(groups) if size > 1).items():
+            if np.all(np.abs(got - want / size) <= 2 * bound) and np.any(np.abs(want - want / size) > bound):
+                return f"it is 1/{size} of the exact gradient ({size}: {over}): {NO_GRADIENT_BACK}"
+        return None
+
+    return explain
 
 
 def rank_cotangents(case: Case, cotangents: dict[str, np.ndarray], split: Split, rank: int) -> dict[str, np.ndarray]:

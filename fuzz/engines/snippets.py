@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from fuzz.engines.judge import summed_over_replicas
-from fuzz.engines.split import Padded, Split, pad_cotangents, pad_for_shard_map
+from fuzz.engines.split import Padded, Split, pad_cotangents, pad_for_shard_map, padding_fill
 from fuzz.report.literals import bool_literal, literal
 from fuzz.report.snippet import PRINT_OPTIONS, comment_lines, failure_comments, plural, wrapping_lines
 from reference.case import Case
@@ -181,7 +181,7 @@ def jax_snippet(subject: Any, case: Case, split: Split, cotangents: dict[str, np
            f"jax.shard_map over a {split.data}x{split.sequence} mesh (data x sequence) of host CPU devices; "
            "uneven shards are padded with masked tokens and fully masked rows, which change nothing")
     flag = f"--xla_force_host_platform_device_count={split.world}"
-    padded = pad_for_shard_map(case, split)
+    padded = pad_for_shard_map(case, split, padding_fill(subject.masked_values))
     dtype = "ml_dtypes.bfloat16" if case.dtype == "bfloat16" else f"np.{case.dtype}"
     in_specs = ", ".join(f"P({', '.join(repr(axis) for axis in spec.mesh)})" for spec in contract.inputs)
     outputs = {spec.name: f"P({', '.join(repr('data') for dim in spec.dims if dim == 'batch')})"

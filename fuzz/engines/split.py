@@ -9,11 +9,12 @@ Which dimension of an input splits over which mesh axis is the contract's (`Inpu
 rows, "sequence" a row's tokens.
 
 For shard_map, which needs equal shards, `pad_for_shard_map` pads every shard to the same size with masked
-tokens (NaN per-token values) and fully masked rows (0 per-row values). By the single-process contract this
-changes nothing: masked positions are ignored whatever they hold, and a fully masked row contributes
-nothing. The padded batch is what the function receives; the real rows and tokens are cut out and judged
-against the exact results of the unpadded case (so padding never widens a tolerance), and every padded
-row's output and every padded gradient must be exactly 0.
+tokens (NaN per-token values, 0 under `--masked-values finite`) and fully masked rows (0 per-row values). By
+the single-process contract this changes nothing: masked positions are ignored whatever they hold, and a fully
+masked row contributes nothing (where D counts every row, the padded batch is judged: `JaxWorkerEngine.fit`).
+The padded batch is what the function receives; the real rows and tokens are cut out and judged against the
+exact results of the unpadded case (so padding never widens a tolerance), and every padded row's output and every
+padded gradient must be exactly 0.
 """
 
 from __future__ import annotations
@@ -159,10 +160,16 @@ class Padded:
                                   bool), dims, False)
 
 
-def pad_for_shard_map(case: Case, split: Split) -> Padded:
-    """Every shard padded to one size (from the menus above): its real tokens first, then masked tokens (NaN per
-    token values); real rows first, then fully masked rows (0 per-row values). Uneven and empty shards stay
-    uneven and empty in what they hold."""
+def padding_fill(masked_values: str) -> float:
+    """What a masked token padded in holds: NaN, which correct code ignores like any masked value; 0 for code
+    whose padding is finite by construction (`--masked-values finite`), as its domain says."""
+    return 0.0 if masked_values == "finite" else np.nan
+
+
+def pad_for_shard_map(case: Case, split: Split, fill: float = np.nan) -> Padded:
+    """Every shard padded to one size (from the menus above): its real tokens first, then masked tokens (`fill`
+    per token values: `padding_fill`'s); real rows first, then fully masked rows (0 per-row values). Uneven and
+    empty shards stay uneven and empty in what they hold."""
     rows_per = padded_size(max(split.row_cuts[d + 1] - split.row_cuts[d] for d in range(split.data)),
                             ROWS_PER_SHARD)
     tokens_per = padded_size(max(split.token_cuts[q + 1] - split.token_cuts[q] for q in range(split.sequence)),
@@ -174,8 +181,8 @@ def pad_for_shard_map(case: Case, split: Split) -> Padded:
     sizes = {"batch": split.data * rows_per, "tokens": split.sequence * tokens_per}
     values = {}
     for spec in case.contract.inputs:
-        fill = False if spec.kind == "bool" else (np.nan if spec.role == "tokens" else 0.0)
-        padded = np.full(tuple(sizes[dim] for dim in spec.dims), fill, dtype=case.values[spec.name].dtype)
+        value = False if spec.kind == "bool" else (fill if spec.role == "tokens" else 0.0)
+        padded = np.full(tuple(sizes[dim] for dim in spec.dims), value, dtype=case.values[spec.name].dtype)
         padded[np.ix_(*[row_index if dim == "batch" else token_index for dim in spec.dims])] = case.values[spec.name]
         values[spec.name] = padded
     return Padded(case.with_(**values), row_index, token_index)

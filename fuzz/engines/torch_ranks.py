@@ -423,7 +423,7 @@ class TorchRanks(Engine):
         gradients, verdict = gather_gradients(case, split, replies, split.describe)
         if gradients is not None:
             verdict.merge(compare_gradients(case, gradients, exact, self.exact_cotangents(case, cotangents, split),
-                                            subject.precision))
+                                            subject.precision, split))
         return verdict
 
     def snippet(self, subject: Any, case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,

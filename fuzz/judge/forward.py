@@ -110,12 +110,13 @@ def float32_hint(dtype: str, got: np.ndarray, want: np.ndarray, float32_bound: C
 
 
 def compare_values(got: ReadBack, case: Case, precision: Precision,
-                   explain: Callable[[Case, dict[str, np.ndarray]], str | None] | None = None) -> Verdict:
+                   explain: Callable[[Case, dict[str, np.ndarray]], str | None] | None = None,
+                   given: Case | None = None) -> Verdict:
     """Values within the tolerance model, and finite wherever the exact results are (a non-finite value where
     an exact intermediate exceeds the dtype's range is named as that overflow, another by what in the case makes
-    the usual mistakes non-finite). A value out of tolerance gets the contract's explanation (or `explain`'s, an
-    engine's that knows what the function was given) where one matches, else, in float64, the float32 rounding
-    it is within."""
+    the usual mistakes non-finite: in `given`, the batch the function was given where an engine padded `case`).
+    A value out of tolerance gets the contract's explanation (or `explain`'s, an engine's that knows what the
+    function was given) where one matches, else, in float64, the float32 rounding it is within."""
     contract, expected, verdict = case.contract, exact_results(case), Verdict()
     explain = explain or contract.explain
     tol = exact_tolerance(case, precision)
@@ -126,7 +127,7 @@ def compare_values(got: ReadBack, case: Case, precision: Precision,
         if not np.isfinite(value).all():
             overflow = contract.forward_overflow(expected, case.dtype, key)
             seen = f"{key} is not finite: {np.array2string(value, threshold=8)}"
-            hint = said_once(hinted, overflow or non_finite_hint(case), key)
+            hint = said_once(hinted, overflow or non_finite_hint(given or case), key)
             verdict.fail(FORWARD_OVERFLOW if overflow else NON_FINITE, f"{seen}: {hint}" if hint else seen)
         ratios = error_ratio(value, want, tol[key])
         verdict.error_ratios[key] = float(np.max(ratios, initial=0.0))

@@ -106,12 +106,12 @@ ExplainGradient = Callable[[np.ndarray, np.ndarray, np.ndarray], "str | None"]
 
 def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Any, cotangents: dict[str, np.ndarray],
                     precision: Precision, explain: ExplainGradient | None = None,
-                    forward_finite: bool | None = None) -> Verdict:
+                    forward_finite: bool | None = None, before: ExplainGradient | None = None) -> Verdict:
     """Gradients read back as float64 ("d <input>" for any of the differentiable inputs present) against the
     exact VJP taken with `cotangents`: shapes, finite (or an overflow of the dtype), exactly 0 at masked
     positions, within the tolerance model. A value out of tolerance is explained by `explain` where given, else
-    by the contract's `explain_gradient`; a non-finite one by what the case and `forward_finite` (whether the
-    same call's outputs were finite, where known) say of it."""
+    by `before` (an engine's mistakes, weighed first) or the contract's `explain_gradient`; a non-finite one by
+    what the case and `forward_finite` (whether the same call's outputs were finite, where known) say of it."""
     contract, verdict = case.contract, Verdict()
     forward_hint = (non_finite_hint(case) or "") if forward_finite is False else None
     tolerances = contract.gradient_tolerance(exact, cotangents, case.dtype, precision)
@@ -138,10 +138,10 @@ def judge_gradients(case: Case, values: dict[str, np.ndarray], exact: Any, cotan
             at = np.unravel_index(int(np.argmax(ratios)), ratios.shape)
             if explain is not None:
                 hint = explain(got, want, bound)
-            elif contract.explain_gradient is not None:
-                hint = contract.explain_gradient(case, cotangents, {spec.name: got})
             else:
-                hint = None
+                hint = before(got, want, bound) if before is not None else None
+                if hint is None and contract.explain_gradient is not None:
+                    hint = contract.explain_gradient(case, cotangents, {spec.name: got})
             hint = hint or float32_hint(case.dtype, got, want, lambda name=spec.name: contract.gradient_tolerance(
                 exact, cotangents, "float32", precision)[name][0])
             verdict.fail(
