@@ -782,8 +782,9 @@ def explain_split(case: Case, row_cuts: Sequence[int], token_cuts: Sequence[int]
     """A wrong loss of a per-rank function on a data x sequence mesh (rank (d, q) holding rows [row_cuts[d],
     row_cuts[d + 1]) and tokens [token_cuts[q], token_cuts[q + 1])) named as `explain` names one, with the
     mistakes of combining the ranks weighed first: each rank's own loss averaged or summed over the ranks, the
-    ranks of one mesh axis combined so, and a row's mean taken over each rank's slice of its tokens."""
-    bound = case.contract.bound
+    ranks of one mesh axis combined so, a row's mean taken over each rank's slice of its tokens, L_max taken from
+    that slice's width, and the exact loss times or over a group's size."""
+    bound, expected = case.contract.bound, exact_results(case)
     mode, rows, l_max = bound["mode"], bound["rows"], bound["l_max"]
     data, sequence = len(row_cuts) - 1, len(token_cuts) - 1
     row_blocks = [slice(start, stop) for start, stop in itertools.pairwise(row_cuts)]
@@ -809,14 +810,12 @@ def explain_split(case: Case, row_cuts: Sequence[int], token_cuts: Sequence[int]
                     "counts not all-reduced over the sequence group?",
                     math.fsum(loss_of(everything, t) for t in token_blocks) / sequence)]
     if sequence > 1 and mode == SEQ_MEAN_TOKEN_SUM_NORM:
-        divisor = max(exact_results(case).rows_divisor(), 1)
+        divisor = max(expected.rows_divisor(), 1)
         widths = [t.stop - t.start for t in token_blocks]
-        sliced = [reference(case.token_losses[:, t], case.token_mask[:, t], mode, rows, 1.0).total
-                  for t in token_blocks]
+        totals = [math.fsum(case.token_losses[:, t][case.token_mask[:, t]]) for t in token_blocks]
         before.append((f"L_max taken from each rank's own slice of the tokens (widths {', '.join(map(str, widths))})?",
-                       math.fsum(total / (divisor * width) for total, width in zip(sliced, widths) if width)))
+                       math.fsum(total / (divisor * width) for total, width in zip(totals, widths) if width)))
     if sequence > 1 and mode == SEQ_MEAN_TOKEN_MEAN:
-        expected = exact_results(case)
         sliced = [reference(case.token_losses[:, t], case.token_mask[:, t], mode, rows, l_max) for t in token_blocks]
         slice_means = math.fsum(part.row_means for part in sliced) / max(expected.rows_divisor(), 1)
         before += [("each row's mean taken over the rank's own slice of its tokens (n_i counted on the slice), the "
@@ -824,7 +823,7 @@ def explain_split(case: Case, row_cuts: Sequence[int], token_cuts: Sequence[int]
                    ("each row's mean taken over the rank's own slice of its tokens (n_i counted on the slice), the "
                     "slices' means averaged over the sequence ranks?", slice_means / sequence)]
     # a whole factor of a group's size: what is left of a collective of the wrong kind where the split is even
-    exact_loss = float(exact_results(case).loss)
+    exact_loss = float(expected.loss)
     for size, group in dict((size, group) for size, group in ((data, "the data group's size"),
                                                                (sequence, "the sequence group's size"),
                                                                (data * sequence, "the number of ranks")) if size > 1
