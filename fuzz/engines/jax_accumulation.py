@@ -57,7 +57,7 @@ from fuzz.engines.chunks import (
 )
 from fuzz.engines.jax_worker import JAX_MESH_PROCESS
 from fuzz.engines.judge import PADDING_NOT_ZERO
-from fuzz.engines.split import padded_size
+from fuzz.engines.split import padded_size, padding_fill
 from fuzz.judge.draws import Draw
 from fuzz.judge.gradients import judge_gradients
 from fuzz.judge.outputs import GRADIENT_STRUCTURE
@@ -148,7 +148,7 @@ class JaxAccumulation(Accumulation):
         contract = case.contract
         weight, name = chunk_weight(case, split), contract.outputs[0].name
         job: dict[str, Any] = {"runner": (__name__, "run_step"), "subject": subject.key, "case": case,
-                               "split": split, "fill": 0.0 if subject.masked_values == "finite" else np.nan}
+                               "split": split, "fill": padding_fill(subject.masked_values)}
         if cotangents is not None:  # lax.pmean divides by R again: each chunk's backward gets c * weight * R
             averaged = contract.chunked.ranks_averaged(contract.bound)
             job["cotangent"] = float(np.asarray(cotangents[name])) * weight * (split.ranks if averaged else 1.0)

@@ -264,10 +264,8 @@ class JaxWorkerEngine(Engine):
             return case, split
         padded = pad_for_shard_map(case, split, padding_fill(subject.masked_values))
         rows, tokens = padded.case.shape
-        even = Split(split.data, split.sequence, tuple(range(0, rows + 1, rows // split.data)),
-                     tuple(range(0, tokens + 1, tokens // split.sequence)))
         story = (("padded for shard_map", f"{rows} x {tokens}, fully masked rows counted in D"),)
-        return padded.case.with_(story=padded.case.story + story), even
+        return padded.case.with_(story=padded.case.story + story), split.evenly(rows, tokens)
 
     def run(self, subject: Any, case: Case, split: Split, cotangents: dict[str, np.ndarray] | None,
             exact: Any) -> Verdict:

@@ -147,13 +147,12 @@ def _explained_as_given(padded: Padded, split: Split) -> Callable[[Case, dict[st
     if contract.explain is None:
         return None
     rows, tokens = padded.case.shape
-    row_cuts = tuple(range(0, rows + 1, rows // split.data))
-    token_cuts = tuple(range(0, tokens + 1, tokens // split.sequence))
+    even = split.evenly(rows, tokens)
 
     def on_equal_shards(case: Case, values: dict[str, np.ndarray]) -> str | None:
         if contract.explain_split is None:
             return contract.explain(case, values)
-        return contract.explain_split(case, row_cuts, token_cuts, values)
+        return contract.explain_split(case, even.row_cuts, even.token_cuts, values)
 
     def on_what_it_was_given(case: Case, values: dict[str, np.ndarray]) -> str | None:
         if padded.case.shape == case.shape:  # nothing padded, or the padded batch is the case judged

@@ -67,6 +67,11 @@ class Split:
         return sum(bool(case.mask[self.rows(d), self.tokens(q)].any())
                    for d, q in (self.coordinates(rank) for rank in range(self.world)))
 
+    def evenly(self, rows: int, tokens: int) -> Split:
+        """The same mesh over a batch of `rows` x `tokens` cut into equal shards (shard_map's padded batch)."""
+        return Split(self.data, self.sequence, tuple(range(0, rows + 1, rows // self.data)),
+                     tuple(range(0, tokens + 1, tokens // self.sequence)))
+
     def describe(self, rank: int) -> str:
         d, q = self.coordinates(rank)
         rows, tokens = self.rows(d), self.tokens(q)
