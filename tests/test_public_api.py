@@ -3,8 +3,13 @@ suite's public API (`from fuzz import ...`)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +18,7 @@ from hypothesis import given, settings
 from fuzz import Case, as_arrays, cases, check, check_case
 
 torch = pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[1]
 
 # Stands for the trainer's own helper: the suite's canonical implementation, copied into a trainer, with
 # the trainer's own signature (a tuple) around it.
@@ -100,6 +106,43 @@ def test_a_function_that_hangs_fails_instead_of_hanging_ci():
     assert "sleeps(token_log_probs, advantages, token_mask)" in report.failures[0].snippet
     # time.sleep is C code, which a thread cannot be interrupted in: the report says so, and what to do
     assert "could not be stopped" in report.failures[0].message and "workers=N" in report.failures[0].message
+
+
+HANGS_IN_C = """
+import time
+
+from fuzz import check
+
+
+def hangs(token_losses, token_mask):
+    open("called", "w").close()
+    time.sleep(3600)  # C code: the thread running the call cannot be interrupted in it
+
+
+check(hangs, framework="numpy", reduction="token-mean", timeout=600)
+"""
+
+
+def test_ctrl_c_while_the_function_hangs_stops_check_at_once(tmp_path):
+    """Ctrl-C while a call hangs in C code ends `check` with KeyboardInterrupt within the grace an interrupted
+    call gets, as in a notebook or a pytest run of the trainer's: it does not wait for the call to return."""
+    (tmp_path / "mine.py").write_text(HANGS_IN_C)
+    # SIGINT at its default, as a terminal starts a command: this test's process may run with it ignored, and a
+    # child inherits that
+    code = ("import runpy, signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "runpy.run_path('mine.py', run_name='__main__')\n")
+    run = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "called").exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (tmp_path / "called").exists(), run.communicate(timeout=60)
+        run.send_signal(signal.SIGINT)
+        _, stderr = run.communicate(timeout=30)  # the call itself returns an hour later
+        assert run.returncode != 0 and stderr.rstrip().endswith("KeyboardInterrupt"), stderr[-3000:]
+    finally:
+        run.kill()
 
 
 def spins(token_log_probs, advantages, token_mask):

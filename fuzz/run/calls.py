@@ -87,8 +87,8 @@ class Watcher:
 class ThreadWatcher(Watcher):
     """In-process time limit: the calls run, one at a time, in a daemon thread that serves them in turn (a
     thread per call costs about 2 ms of start-up and the frameworks' per-thread set-up, ten times a small call);
-    a call that overruns is interrupted (or, stuck in C code, abandoned) with its thread, and the next call gets
-    a fresh one."""
+    a call that overruns, or that a Ctrl-C leaves, is interrupted (or, stuck in C code, abandoned) with its thread,
+    and the next call gets a fresh one."""
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
@@ -119,6 +119,13 @@ class ThreadWatcher(Watcher):
         weakref.finalize(self, inbox.put, None)  # the watcher gone, its idle thread ends
         return inbox
 
+    def _abandon(self) -> bool:
+        """Interrupt the running call and leave its thread (a daemon) to end when it can: the next call gets a
+        fresh one, and `close` does not wait for this one. True if it ended within INTERRUPT_GRACE."""
+        inbox, thread = self._inbox, self._thread
+        self._inbox = self._thread = None
+        return _interrupt(thread, inbox)
+
     def close(self) -> None:
         """End the serving thread (a framework can abort the process if one is still alive at exit)."""
         if self._inbox is not None:
@@ -139,10 +146,13 @@ class ThreadWatcher(Watcher):
             self._inbox = self._start()
         done, outcome = threading.Event(), {}
         self._inbox.put((thunk, done, outcome))
-        if not done.wait(self.timeout):
-            inbox, thread = self._inbox, self._thread
-            self._inbox = self._thread = None  # the next call gets a fresh thread, whatever becomes of this one
-            raise CallTimedOut(call, self.timeout, stopped=_interrupt(thread, inbox))
+        try:
+            finished = done.wait(self.timeout)
+        except BaseException:  # Ctrl-C while the call runs: the caller stops now, not when a hung call returns
+            self._abandon()
+            raise
+        if not finished:
+            raise CallTimedOut(call, self.timeout, stopped=self._abandon())
         if "error" in outcome:
             raise outcome["error"]
         return outcome["value"]
