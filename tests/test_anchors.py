@@ -19,8 +19,8 @@ from fuzz.judge.anchors import (
     LONG_ROWS,
     MANY_ROWS,
     MIXED_COUNTS,
-    NO_FIXED_CASES,
     NOTHING_SELECTED,
+    SPLIT_FORWARD_FIXED_CASES,
     SPLIT_GRADIENT_FIXED_CASES,
     WIDE_HALF_BATCH,
     AnchorDraws,
@@ -83,7 +83,10 @@ def test_gradient_cells_check_theirs_first_and_forward_cells_last():
     assert fixed_cases("gradients") is GRADIENT_FIXED_CASES
     assert fixed_cases("gradients", split=True) is SPLIT_GRADIENT_FIXED_CASES  # a split's chunks: at most 16 rows
     assert SPLIT_GRADIENT_FIXED_CASES.first == GRADIENT_FIXED_CASES.first and not SPLIT_GRADIENT_FIXED_CASES.last
-    assert fixed_cases("forward") is FORWARD_FIXED_CASES and fixed_cases("forward", split=True) is NO_FIXED_CASES
+    assert fixed_cases("forward") is FORWARD_FIXED_CASES
+    # an engine's forward cells: the long rows and the many rows, after their draws
+    assert fixed_cases("forward", split=True) is SPLIT_FORWARD_FIXED_CASES
+    assert SPLIT_FORWARD_FIXED_CASES.last == (LONG_ROWS, MANY_ROWS) and not SPLIT_FORWARD_FIXED_CASES.first
 
 
 def _ratio_of_detached_terms():
@@ -158,6 +161,30 @@ def test_an_engines_gradient_cells_check_the_fixed_cases_too():
                         dtypes=["float32"], max_examples=1, gradient_examples=1)
     failing = [cell for cell in report.cells if "gradients" in cell.check and not cell.ok]
     assert failing and all(dict(cell.bugs[0].case.story)["fixed case"] == "nothing selected" for cell in failing)
+
+
+def _chunk_loss_counted_in_bfloat16():
+    """A token-mean per-chunk loss whose step count N is kept in bfloat16 (a model's compute dtype): 3093 tokens,
+    the fixed case's, are 3088 there."""
+    import torch
+
+    def chunk_loss(token_losses, token_mask, *, num_tokens, num_sequences, dp_size, accumulation_steps):
+        acc = torch.promote_types(token_losses.dtype, torch.float32)
+        total = torch.where(token_mask, token_losses.to(acc), 0.0).sum()
+        count = torch.tensor(float(num_tokens)).to(torch.bfloat16).to(acc)
+        return torch.where(count > 0, total / count.clamp(min=1) * dp_size, 0.0)
+
+    return chunk_loss
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_an_engines_forward_cells_check_the_fixed_cases_after_their_draws(seed):
+    """The draws' values of both signs hide a count off by one part in 600 under a float32 sum's allowance; the
+    fixed case of long rows, its values of one sign, shows it on micro-batches as in one process."""
+    report = fuzz.check(_chunk_loss_counted_in_bfloat16(), framework="torch", accumulation=True,
+                        reduction="token-mean", dtypes=["float32"], max_examples=1, gradients=False, seed=seed)
+    failing = [cell for cell in report.cells if not cell.ok]
+    assert failing and all(dict(cell.bugs[0].case.story)["fixed case"] == LONG_ROWS.name for cell in failing)
 
 
 def _fixed_case_subject():
@@ -352,6 +379,17 @@ def test_the_fixed_case_of_many_rows_is_checked_by_half_precision_cells_of_code_
     assert all(cell.ok for cell in report.cells)
     assert (MANY_ROWS.name in checked) == checks_many_rows
     assert {LONG_ROWS.name, MIXED_COUNTS.name, NOTHING_SELECTED.name} <= set(checked)
+
+
+@pytest.mark.parametrize(("builtin", "engine", "compiled"), [
+    ("torch-distributed", "torch", False), ("jax-shard-map", "jax", True)])
+def test_an_engine_that_compiles_on_its_ranks_makes_its_cells_those_of_compiled_code(builtin, engine, compiled):
+    """shard_map runs under jit on the mesh: its cells skip the 4096 rows, as a jax.jit cell does."""
+    from fuzz.engines.cell import engine_subject
+    from fuzz.run.subjects import SubjectSpec
+
+    subject = engine_subject(SubjectSpec.of(builtin), engine)
+    assert subject.compiled is compiled and MANY_ROWS.checked_by("bfloat16", subject.compiled) is not compiled
 
 
 def test_a_forward_bug_the_draws_find_keeps_its_minimal_case():

@@ -72,13 +72,15 @@ def engine_subject(spec: SubjectSpec, engine_name: str) -> Subject:
         draws = bool(contract.parameter_menu) and not spec.parameters
         return Subject(spec.name, function, adapter, contract, (f"from {function.__module__} import "
                        f"{function.__name__}",), function.__name__, precision=STRICT, key=subject_key(spec),
-                       bind=implementation.function_for if contract.parameters else None, draws_parameters=draws)
+                       bind=implementation.function_for if contract.parameters else None, draws_parameters=draws,
+                       compiled=engine.compiles)
     from fuzz.loader import load_target
 
     target = load_target(spec.name)
     import_lines, function_name = spec.binding or (target.import_lines, target.function_name)
     return Subject(spec.name, target.function, adapter, contract, import_lines, function_name,
-                   precision=PRECISIONS[spec.precision], masked_values=spec.masked_values, key=subject_key(spec))
+                   precision=PRECISIONS[spec.precision], masked_values=spec.masked_values, key=subject_key(spec),
+                   compiled=engine.compiles)
 
 
 @dataclass

@@ -125,6 +125,7 @@ class JaxAccumulation(Accumulation):
     runs_on = "jax.shard_map ranks"
     padded = True
     in_process = False
+    compiles = True
     worker_setup = JAX_MESH_PROCESS
     campaign_examples = 6  # a new chunk shape compiles (XLA, ~0.5 s forward, ~1.5 s with the backward)
 

@@ -250,6 +250,7 @@ class JaxWorkerEngine(Engine):
 
     framework = "jax"
     padded = True
+    compiles = True
     worker_setup = JAX_MESH_PROCESS
 
     def mapped(self, fn: Any, mesh: Any, contract: Any) -> Any:

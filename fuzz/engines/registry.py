@@ -55,6 +55,7 @@ class Engine:
     replicas_sum_cotangents = False  # each replica of an output receives its cotangent (torch.distributed)
     gradients = True  # the campaign checks gradients on it
     in_process = False  # the function runs in this process (a subject built as `check` builds it), not on ranks
+    compiles = False  # on ranks, it runs the function compiled (shard_map under jit): as a compiled subject's cells
     campaign_examples = 6  # examples per campaign cell: a split's round trip to its ranks costs tens of ms
     # What a worker process starts for this engine's cells and keeps for the next ones (a pool of torch ranks, the
     # JAX mesh process): engines that name the same share it, and run_cells gives their cells to the worker that
