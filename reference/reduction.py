@@ -783,7 +783,7 @@ def explain_split(case: Case, row_cuts: Sequence[int], token_cuts: Sequence[int]
     row_cuts[d + 1]) and tokens [token_cuts[q], token_cuts[q + 1])) named as `explain` names one, with the
     mistakes of combining the ranks weighed first: each rank's own loss averaged or summed over the ranks, the
     ranks of one mesh axis combined so, a row's mean taken over each rank's slice of its tokens, L_max taken from
-    that slice's width, and the exact loss times or over a group's size."""
+    that slice's width, B+ counted on each slice and summed, and the exact loss times or over a group's size."""
     bound, expected = case.contract.bound, exact_results(case)
     mode, rows, l_max = bound["mode"], bound["rows"], bound["l_max"]
     data, sequence = len(row_cuts) - 1, len(token_cuts) - 1
@@ -822,8 +822,17 @@ def explain_split(case: Case, row_cuts: Sequence[int], token_cuts: Sequence[int]
                     "slices' means summed over the sequence ranks?", slice_means),
                    ("each row's mean taken over the rank's own slice of its tokens (n_i counted on the slice), the "
                     "slices' means averaged over the sequence ranks?", slice_means / sequence)]
-    # a whole factor of a group's size: what is left of a collective of the wrong kind where the split is even
     exact_loss = float(expected.loss)
+    if sequence > 1 and rows == "nonempty" and mode in ROW_MODES:
+        # B+ counted by each rank on its own slice of the tokens, then summed: a row with selected tokens on several
+        # sequence ranks is counted once by each
+        counted = sum(int(case.token_mask[:, t].any(axis=1).sum()) for t in token_blocks)
+        nonempty = int(case.token_mask.any(axis=1).sum())
+        if counted != nonempty and nonempty:
+            before.append((f"D = B+ counted on each rank's own slice of the tokens and summed over the ranks "
+                           f"({counted}, where {nonempty} rows hold a selected token): a row is counted on every "
+                           "sequence rank that holds one of its tokens?", exact_loss * nonempty / counted))
+    # a whole factor of a group's size: what is left of a collective of the wrong kind where the split is even
     for size, group in dict((size, group) for size, group in ((data, "the data group's size"),
                                                                (sequence, "the sequence group's size"),
                                                                (data * sequence, "the number of ranks")) if size > 1

@@ -107,6 +107,25 @@ def test_the_declared_modes_other_rows_convention_is_named_before_other_modes():
         "rows=nonempty, where rows=all is declared?; or ") and "the exact token-mean" in text
 
 
+def test_rows_with_a_token_counted_on_each_ranks_slice_of_the_tokens_are_named():
+    """seq-mean-token-mean, rows=nonempty, on a 1 x 2 mesh (tokens [0, 2) and [2, 4)): two rows hold tokens on both
+    sequence ranks, one on the first only; counted on each slice and summed, D is 5 where it is 3."""
+    from reference.reduction import explain_split, reference
+
+    contract = get_contract("reduction", {"mode": "seq-mean-token-mean", "rows": "nonempty"})
+    losses = np.array([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 9.0], [2.0, 4.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    mask = np.array([[1, 1, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=bool)
+    case = Case(contract=contract, dtype="float64", token_losses=losses, token_mask=mask)
+    exact = reference(losses, mask, "seq-mean-token-mean", "nonempty", None)
+    wrong = float(exact.row_means) / 5
+    text = explain_split(case, (0, 4), (0, 2, 4), {"loss": np.array(wrong)})
+    said = f"it equals {wrong:.6g}, D = B+ counted on each rank's own slice of the tokens"
+    assert text and text.startswith(said), text
+    # where no row holds tokens on two slices the count is right, and nothing is named so
+    assert "each rank's own slice of the tokens and summed" not in (
+        explain_split(case, (0, 4), (0, 4, 4), {"loss": np.array(wrong)}) or "")
+
+
 def test_an_epsilon_in_a_float64_denominator_is_named_and_vanishes_from_the_hints_in_float32():
     """The book's example, per-token declared (N = 15): in float64 a loss of 33 / (15 + 1e-8) is the epsilon guard
     trainers write (NeMo-RL's masked_mean), named as that, not as float32 rounding; in float32 the epsilon rounds
