@@ -239,7 +239,9 @@ def test_check_sharded_exit_codes():
     target = f"{SHARDED_CORPUS / 'torch_missing_sequence_reduction.py'}:{FUNCTION}"
     bug = _run_fuzz("check", target, "--sharded", "torch", "--dtypes", "float32", "--fail-fast", "--no-gradients")
     assert bug.returncode == 1, bug.stderr[-2000:]
-    assert "FAIL" in bug.stdout
+    # the bug itself, not a cell that timed out or whose ranks hung (those exit 1 too)
+    assert "FAIL" in bug.stdout and "replicas disagree" in bug.stdout, bug.stdout[-3000:]
+    assert "timed out" not in bug.stdout and "died or hung" not in bug.stdout, bug.stdout[-3000:]
     # the snippet is printed, or written to a file where its inputs are too large to print
     written = re.search(r"written to (\S+\.py)", bug.stdout)
     snippet = Path(written.group(1)).read_text() if written else bug.stdout
