@@ -827,7 +827,7 @@ def explain_split(case: Case, row_cuts: Sequence[int], token_cuts: Sequence[int]
         # B+ counted by each rank on its own slice of the tokens, then summed: a row with selected tokens on several
         # sequence ranks is counted once by each
         counted = sum(int(case.token_mask[:, t].any(axis=1).sum()) for t in token_blocks)
-        nonempty = int(case.token_mask.any(axis=1).sum())
+        nonempty = expected.nonempty
         if counted != nonempty and nonempty:
             before.append((f"D = B+ counted on each rank's own slice of the tokens and summed over the ranks "
                            f"({counted}, where {nonempty} rows hold a selected token): a row is counted on every "
