@@ -31,6 +31,11 @@ settings.register_profile(
 # Chosen by `pytest --hypothesis-profile NAME` (Hypothesis' own option) or the FUZZ_PROFILE variable.
 settings.load_profile(os.environ.get("FUZZ_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
+# The first lines of a `python -c` command a test sends Ctrl-C to: SIGINT at its default, as a terminal starts a
+# command. This test process may run with SIGINT ignored (started in the background of a shell without job
+# control), and a child inherits that.
+SIGINT_AS_A_TERMINAL_SETS_IT = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
 
 def implementation_devices() -> list:
     """pytest params (implementation name, device) for every available built-in on every device it sees."""

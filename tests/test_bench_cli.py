@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import SIGINT_AS_A_TERMINAL_SETS_IT
+
 ROOT = Path(__file__).resolve().parents[1]
 # Python's own cache of an imported module (pip precompiles these for an installed copy). pytest's cache of a
 # rewritten test module is named NAME.cpython-311-pytest-9.2.0.pyc, so it does not match.
@@ -352,10 +354,8 @@ def test_a_user_function_that_fails_its_first_call_is_told_so_and_not_timed(tmp_
 
 def test_ctrl_c_ends_a_run_with_status_130_and_no_traceback(tmp_path: Path) -> None:
     (tmp_path / "mine.py").write_text(YOURS)
-    # SIGINT at its default, as a terminal starts a command: this test's process may run with it ignored (started in
-    # the background of a shell without job control), and a child inherits that
-    wrapper = ("import runpy, signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
-               "sys.argv = ['bench', *sys.argv[1:]]\nrunpy.run_module('bench', run_name='__main__')\n")
+    wrapper = (SIGINT_AS_A_TERMINAL_SETS_IT + "import runpy, sys\nsys.argv = ['bench', *sys.argv[1:]]\n"
+               "runpy.run_module('bench', run_name='__main__')\n")
     run = subprocess.Popen([sys.executable, "-c", wrapper, *TINY, "--target", "mine.py:hangs", "--framework", "numpy",
                             "--reduction", "token-mean", "--no-save"], cwd=tmp_path, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 
 from fuzz import Case, as_arrays, cases, check, check_case
+from tests.conftest import SIGINT_AS_A_TERMINAL_SETS_IT
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,10 +128,7 @@ def test_ctrl_c_while_the_function_hangs_stops_check_at_once(tmp_path):
     """Ctrl-C while a call hangs in C code ends `check` with KeyboardInterrupt within the grace an interrupted
     call gets, as in a notebook or a pytest run of the trainer's: it does not wait for the call to return."""
     (tmp_path / "mine.py").write_text(HANGS_IN_C)
-    # SIGINT at its default, as a terminal starts a command: this test's process may run with it ignored, and a
-    # child inherits that
-    code = ("import runpy, signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
-            "runpy.run_path('mine.py', run_name='__main__')\n")
+    code = SIGINT_AS_A_TERMINAL_SETS_IT + "import runpy\nrunpy.run_path('mine.py', run_name='__main__')\n"
     run = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
